@@ -1,0 +1,48 @@
+"""Alembic environment: the URL comes from Settings (DATABASE_URL or the embedded
+Postgres), or from a connection handed over in config.attributes by `webhooks migrate`."""
+
+from __future__ import annotations
+
+from logging.config import fileConfig
+
+import sqlalchemy as sa
+
+from alembic import context
+from shared.db import database_url
+from shared.models import metadata
+from shared.settings import Settings
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=database_url(Settings.from_env()), target_metadata=metadata,
+                      literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    engine = sa.create_engine(database_url(Settings.from_env()), poolclass=sa.pool.NullPool)
+    with engine.connect() as connection:
+        _run(connection)
+
+
+def _run(connection: sa.Connection) -> None:
+    context.configure(connection=connection, target_metadata=metadata, compare_type=True)
+    with context.begin_transaction():
+        # Several `release` processes may start at once: let one migrate at a time.
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('webhooks:migrate'))"))
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

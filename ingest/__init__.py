@@ -1,0 +1,1 @@
+"""The thin Flask ingest: verify, record event + job in one transaction, acknowledge."""

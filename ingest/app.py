@@ -1,0 +1,55 @@
+"""The Flask app factory. Nothing is built at import time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dramatiq
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from ingest import health, webhooks
+from shared import db
+from shared.settings import Settings
+from worker.broker import create_broker
+
+
+class LazyBroker:
+    """Creates the broker on first use, so the web starts while the broker is down."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._broker: dramatiq.Broker | None = None
+
+    def enqueue(self, message: dramatiq.Message, **kwargs: Any) -> Any:  # type: ignore[type-arg]
+        if self._broker is None:
+            self._broker = create_broker(self._settings)
+        return self._broker.enqueue(message, **kwargs)
+
+
+def create_app(settings: Settings | None = None) -> Flask:
+    settings = settings or Settings.from_env()
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.extensions["settings"] = settings
+    app.extensions["engine"] = db.create_engine(settings, pool_size=4)
+    app.extensions["broker"] = LazyBroker(settings)
+    app.register_blueprint(webhooks.blueprint)
+    app.register_blueprint(health.blueprint)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected_error)
+    return app
+
+
+def _http_error(error: HTTPException) -> tuple[Response, int]:
+    return jsonify({"error": error.description}), error.code or 500
+
+
+def _unexpected_error(error: Exception) -> tuple[Response, int]:
+    # Nothing was committed (the transaction rolled back); ask the provider to retry.
+    from flask import current_app
+
+    current_app.logger.exception("unexpected error")
+    response = jsonify({"error": "internal error, retry later"})
+    response.headers["Retry-After"] = "5"
+    return response, 503

@@ -1,0 +1,31 @@
+"""Liveness, readiness and metrics endpoints."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from flask import Blueprint, Response, current_app, jsonify
+
+from shared import metrics
+
+blueprint = Blueprint("health", __name__)
+
+
+@blueprint.get("/healthz")
+def healthz() -> Response:
+    return jsonify({"status": "ok"})
+
+
+@blueprint.get("/readyz")
+def readyz() -> tuple[Response, int]:
+    try:
+        with current_app.extensions["engine"].connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.SQLAlchemyError:
+        return jsonify({"status": "database unavailable"}), 503
+    return jsonify({"status": "ready"}), 200
+
+
+@blueprint.get("/metrics")
+def metrics_text() -> Response:
+    body, content_type = metrics.render()
+    return Response(body, content_type=content_type)

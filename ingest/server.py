@@ -1,0 +1,52 @@
+"""Run the ingest under gunicorn (the Procfile's `web`), from Python so settings are
+validated, and the embedded defaults resolved, before any worker starts."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from shared.settings import Settings
+
+
+class IngestServer(BaseApplication):  # type: ignore[misc]
+    def __init__(self, settings: Settings, options: dict[str, Any]) -> None:
+        self.settings = settings
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        from ingest.app import create_app
+        from shared.logs import configure_logging
+
+        configure_logging(self.settings)
+        return create_app(self.settings)
+
+
+def _child_exit(server: Any, worker: Any) -> None:
+    from prometheus_client import multiprocess
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+def serve(settings: Settings, workers: int, threads: int, host: str = "0.0.0.0") -> None:  # noqa: S104
+    options = {
+        "bind": f"{host}:{settings.port}",
+        "workers": workers,
+        "threads": threads,
+        "worker_class": "gthread" if threads > 1 else "sync",
+        "keepalive": 5,
+        "timeout": 30,
+        "graceful_timeout": 10,
+        "accesslog": None,
+        "child_exit": _child_exit,
+        "preload_app": False,
+    }
+    IngestServer(settings, options).run()

@@ -1,0 +1,104 @@
+"""POST /webhooks/<provider>: verify, record in one transaction, acknowledge, wake a worker.
+
+Order matters: size limit (from Content-Length, before reading), signature (before any
+database access), the one transaction, and only after COMMIT the 200 and the wake-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from ingest.recording import Recorded, record_delivery
+from shared import metrics, providers
+from shared.errors import (
+    DatabaseUnavailable,
+    PayloadTooLarge,
+    ProviderNotConfigured,
+    RejectedDelivery,
+)
+from shared.providers.base import Delivery
+from shared.settings import Settings
+from worker import broker as wakeups
+
+log = logging.getLogger(__name__)
+blueprint = Blueprint("webhooks", __name__)
+
+RETRY_AFTER_SECONDS = "5"
+
+
+@blueprint.post("/webhooks/<provider>")
+def receive(provider: str) -> tuple[Response, int] | Response:
+    started = time.perf_counter()
+    label = provider if provider in providers.PROVIDERS else "unknown"
+    try:
+        delivery = _verified_delivery(provider)
+        if delivery.reply is not None:
+            return jsonify(delivery.reply)
+        recorded = record_delivery(current_app.extensions["engine"], provider, delivery,
+                                   request_body())
+    except RejectedDelivery as error:
+        metrics.deliveries_rejected.labels(label, error.reason).inc()
+        log.info("delivery rejected", extra={"provider": label, "reason": str(error)})
+        return jsonify({"error": str(error)}), error.status
+    except DatabaseUnavailable as error:
+        metrics.deliveries_rejected.labels(label, "database").inc()
+        log.error("database unavailable, answered 503", extra={"provider": label,
+                                                              "error": str(error)})
+        response = jsonify({"error": "database unavailable"})
+        response.headers["Retry-After"] = RETRY_AFTER_SECONDS
+        return response, 503
+    _after_commit(provider, delivery, recorded)
+    metrics.ack_latency.labels(provider).observe(time.perf_counter() - started)
+    return jsonify(
+        {"event_id": delivery.event_id, "duplicate": recorded.duplicate, "status": recorded.status}
+    )
+
+
+def _verified_delivery(provider: str) -> Delivery:
+    settings: Settings = current_app.extensions["settings"]
+    module = providers.get(provider)
+    secrets = settings.secrets_for(provider)
+    if module is None or not secrets:
+        raise ProviderNotConfigured(f"provider {provider!r} is unknown or not configured")
+    body = _read_body(settings.max_body_bytes)
+    delivery: Delivery = module.verify(
+        body, request.headers, secrets, settings.tolerance_seconds, time.time()
+    )
+    return delivery
+
+
+def _read_body(limit: int) -> bytes:
+    """The body, refusing anything over limit: from Content-Length without reading, and
+    for a chunked body by reading at most limit + 1 bytes."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise PayloadTooLarge(f"body over {limit} bytes")
+    body = request.stream.read(limit + 1)
+    if len(body) > limit:
+        raise PayloadTooLarge(f"body over {limit} bytes")
+    request.environ["webhooks.body"] = body
+    return body
+
+
+def request_body() -> bytes:
+    body: bytes = request.environ["webhooks.body"]
+    return body
+
+
+def _after_commit(provider: str, delivery: Delivery, recorded: Recorded) -> None:
+    context: dict[str, Any] = {"provider": provider, "event_id": delivery.event_id,
+                               "job_id": recorded.job_id}
+    if recorded.duplicate:
+        metrics.deliveries_duplicate.labels(provider).inc()
+        log.info("duplicate delivery", extra={**context, "status": recorded.status})
+        return
+    metrics.deliveries_received.labels(provider).inc()
+    log.info("event recorded", extra={**context, "event_type": delivery.event_type})
+    if recorded.job_id is not None and not wakeups.wake_jobs(
+        current_app.extensions["broker"], [recorded.job_id]
+    ):
+        metrics.broker_enqueue_failures.inc()

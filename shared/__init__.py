@@ -1,0 +1,1 @@
+"""Code that the ingest (web) and the worker processes both import."""

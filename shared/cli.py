@@ -1,0 +1,247 @@
+"""The `webhooks` command. Every subcommand validates Settings first: a bad environment
+variable stops it with one line naming the variable (exit 2). Failures exit 1."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from shared.errors import ConfigError, DatabaseUnavailable, WebhooksError
+from shared.settings import PROVIDER_SECRET_VARIABLES, Settings
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ConfigError as error:
+        fail(str(error), code=2)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"webhooks: {message}", err=True)
+    sys.exit(code)
+
+
+def _engine(settings: Settings):  # type: ignore[no-untyped-def]
+    from shared import db
+
+    return db.create_engine(settings, pool_size=2)
+
+
+def _metrics_dir(kind: str) -> None:
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix=f"webhooks-{kind}-")
+
+
+def _resolve_embedded(settings: Settings) -> Settings:
+    """Pin DATABASE_URL/BROKER_URL in the environment so child processes share them."""
+    from shared.db import database_url
+    from worker.broker import broker_url
+
+    os.environ["DATABASE_URL"] = database_url(settings)
+    os.environ["BROKER_URL"] = broker_url(settings)
+    return Settings.from_env()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Apply payment and subscription webhooks exactly once."""
+
+
+@main.command()
+def migrate() -> None:
+    """Apply database migrations (safe to run again)."""
+    settings = load_settings()
+    from alembic.config import Config
+
+    from alembic import command
+    from shared.db import database_url
+
+    try:
+        os.environ["DATABASE_URL"] = database_url(settings)
+        config = Config(str(Path(__file__).resolve().parent.parent / "alembic.ini"))
+        command.upgrade(config, "head")
+    except Exception as error:  # a one-line reason, not a traceback
+        fail(f"migration failed: {str(error).splitlines()[0]}")
+    click.echo("database is at the latest migration")
+
+
+@main.command()
+@click.option("--workers", type=click.IntRange(1), default=None,
+              help="Server processes (default $WEB_CONCURRENCY or 3).")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="Threads per process (default $WEB_THREADS or 4).")
+def web(workers: int | None, threads: int | None) -> None:
+    """The ingest HTTP server on $PORT."""
+    settings = _resolve_embedded(load_settings())
+    _metrics_dir("web")
+    from ingest.server import serve
+
+    workers = workers or int(os.environ.get("WEB_CONCURRENCY", "3"))
+    threads = threads or int(os.environ.get("WEB_THREADS", "4"))
+    serve(settings, workers=workers, threads=threads)
+
+
+@main.command()
+@click.option("--processes", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--threads", type=click.IntRange(1), default=4, show_default=True)
+def worker(processes: int, threads: int) -> None:
+    """Dramatiq workers: job processing and outbox dispatch."""
+    _resolve_embedded(load_settings())
+    _metrics_dir("worker")
+    from dramatiq.cli import main as dramatiq_main
+
+    # How long an idle consumer waits between polls of the broker (ms): short enough for
+    # low latency, long enough that an idle worker costs next to nothing.
+    os.environ.setdefault("dramatiq_worker_timeout", "250")
+    sys.argv = ["dramatiq", "worker.actors", "--processes", str(processes),
+                "--threads", str(threads), "--worker-shutdown-timeout", "30000"]
+    sys.exit(dramatiq_main())
+
+
+@main.command()
+def clock() -> None:
+    """Periodic tasks: sweeper (lost wake-ups, retries) and nightly retention."""
+    settings = _resolve_embedded(load_settings())
+    from shared.logs import configure_logging
+    from worker.clock import run
+
+    configure_logging(settings)
+    run(settings)
+
+
+@main.command()
+def dev() -> None:
+    """The whole system, with embedded Postgres and broker unless URLs are set."""
+    settings = load_settings()
+    from shared.devserver import run
+
+    sys.exit(run(settings))
+
+
+@main.command()
+@click.option("--job", "job_ids", type=int, multiple=True, help="A failed job id (repeatable).")
+@click.option("--all", "all_failed", is_flag=True, help="Every failed job matching the filters.")
+@click.option("--provider")
+@click.option("--type", "event_type")
+@click.option("--since", type=click.DateTime(), help="Jobs created at or after this time.")
+@click.option("--dry-run", is_flag=True, help="Show how many, change nothing.")
+def replay(job_ids: tuple[int, ...], all_failed: bool, provider: str | None,
+           event_type: str | None, since: datetime | None, dry_run: bool) -> None:
+    """Move failed jobs back to pending and enqueue them."""
+    if bool(job_ids) == all_failed:
+        raise click.UsageError("give --job ID (repeatable) or --all, not both")
+    if job_ids and (provider or event_type or since):
+        raise click.UsageError("--provider, --type and --since go with --all")
+    settings = load_settings()
+    from worker.replay import ReplayFilter, ReplayRefused
+    from worker.replay import replay as run_replay
+
+    spec = ReplayFilter(job_ids, all_failed, provider, event_type, since)
+    try:
+        plan = run_replay(_engine(settings), spec, dry_run=dry_run)
+    except ReplayRefused as error:
+        fail(str(error))
+    except WebhooksError as error:
+        fail(str(error))
+    for job_id in plan.skipped_pending:
+        click.echo(f"job {job_id} is already pending; skipped", err=True)
+    if dry_run:
+        click.echo(f"would replay {len(plan.job_ids)} job(s)")
+        return
+    _wake(settings, plan.job_ids)
+    click.echo(f"replayed {len(plan.job_ids)} job(s)")
+
+
+def _wake(settings: Settings, job_ids: list[int]) -> None:
+    """Enqueue wake-ups; if the broker is unreachable the clock's sweeper will."""
+    if not job_ids:
+        return
+    from shared import embedded
+    from worker import broker as wakeups
+
+    url = settings.broker_url or embedded.existing_broker_url(settings.data_dir)
+    if url is None:
+        click.echo("no broker running; the clock will pick the jobs up", err=True)
+        return
+    broker = wakeups.create_broker(settings, url=url)
+    with click.progressbar(job_ids, label="enqueueing", file=sys.stderr) as bar:
+        ok = all(wakeups.wake_jobs(broker, [job_id]) for job_id in bar)
+    if not ok:
+        click.echo("broker unreachable; the clock will pick the jobs up", err=True)
+
+
+@main.command()
+@click.option("--days", type=click.IntRange(1), default=None,
+              help="Age in days (default RETENTION_DAYS).")
+def prune(days: int | None) -> None:
+    """Delete finished events and jobs older than --days."""
+    settings = load_settings()
+    from worker.retention import prune as run_prune
+
+    deleted = _database(lambda: run_prune(_engine(settings), days or settings.retention_days))
+    click.echo(f"pruned {deleted} finished event(s) older than "
+               f"{days or settings.retention_days} day(s)")
+
+
+@main.command()
+@click.option("--days", type=click.IntRange(1), default=14, show_default=True)
+def stats(days: int) -> None:
+    """Per day: events received, duplicates, jobs done and failed, emails."""
+    settings = load_settings()
+    from worker import stats as daily_stats
+
+    table = _database(lambda: daily_stats.daily(_engine(settings), days))
+    click.echo(daily_stats.render(table))
+
+
+@main.command()
+@click.argument("provider", type=click.Choice(sorted(PROVIDER_SECRET_VARIABLES)))
+@click.argument("file", type=click.File("rb"))
+@click.option("--url", help="Default: the local ingest, http://127.0.0.1:$PORT/webhooks/PROVIDER.")
+@click.option("--secret", help="Default: the provider's secret variable, or the dev secret.")
+@click.option("--repeat", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--header", "extra_headers", multiple=True, help="Extra 'Name: value' header.")
+def send(provider: str, file: Any, url: str | None, secret: str | None, repeat: int,
+         concurrency: int, extra_headers: tuple[str, ...]) -> None:
+    """Sign FILE with the provider's secret and POST it: a signed test delivery."""
+    settings = load_settings()
+    from ingest.signed_delivery import send as post
+    from ingest.signed_delivery import signed_headers
+    from shared.devserver import dev_secrets
+
+    variable = PROVIDER_SECRET_VARIABLES[provider]
+    secret = secret or (settings.secrets_for(provider) or (None,))[0]
+    if secret is None:
+        secret = dev_secrets(settings.data_dir)[variable]
+    body = file.read()
+    headers = signed_headers(provider, body, secret)
+    for raw in extra_headers:
+        name, _, value = raw.partition(":")
+        headers[name.strip()] = value.strip()
+    target = url or f"http://127.0.0.1:{settings.port}/webhooks/{provider}"
+    answers = post(target, body, headers, repeat, concurrency)
+    for answer in answers:
+        click.echo(f"{answer.status} {answer.body}")
+    if any(not 200 <= answer.status < 300 for answer in answers):
+        sys.exit(1)
+
+
+def _database(action):  # type: ignore[no-untyped-def]
+    import sqlalchemy as sa
+
+    try:
+        return action()
+    except (sa.exc.OperationalError, DatabaseUnavailable) as error:
+        fail(f"database unavailable: {str(error).splitlines()[0]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""`webhooks dev`: the whole system in one command, on a machine with no servers.
+
+Starts the embedded Postgres and broker unless DATABASE_URL / BROKER_URL are set, applies
+migrations, then runs web, worker and clock as child processes exactly as the Procfile
+would, with the resolved URLs in their environment. Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from shared.settings import PROVIDER_SECRET_VARIABLES, Settings
+
+
+def dev_secrets(data_dir: Path) -> dict[str, str]:
+    """Per-provider secrets for local use, generated once and kept in the data folder."""
+    path = data_dir / "dev-secrets.json"
+    if path.exists():
+        stored: dict[str, str] = json.loads(path.read_text())
+        return stored
+    data_dir.mkdir(parents=True, exist_ok=True)
+    made = {
+        variable: (
+            "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+            if provider in ("stripe", "standard")
+            else secrets.token_hex(16)
+        )
+        for provider, variable in PROVIDER_SECRET_VARIABLES.items()
+    }
+    path.write_text(json.dumps(made, indent=2))
+    path.chmod(0o600)
+    return made
+
+
+def environment(settings: Settings) -> dict[str, str]:
+    """The environment for the child processes: resolved URLs and secrets."""
+    from shared.db import database_url
+    from worker.broker import broker_url
+
+    env = dict(os.environ)
+    env["DATABASE_URL"] = database_url(settings)
+    env["BROKER_URL"] = broker_url(settings)
+    env["WEBHOOKS_DATA_DIR"] = str(settings.data_dir)
+    for variable, value in dev_secrets(settings.data_dir).items():
+        env.setdefault(variable, value)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run(settings: Settings) -> int:
+    click.echo("starting embedded services..." if not settings.database_url else "starting...")
+    env = environment(settings)
+    command = [sys.executable, "-m", "shared.cli"]
+    subprocess.run([*command, "migrate"], env=env, check=True)
+    children = {
+        "web": subprocess.Popen([*command, "web", "--workers", "2"], env=env),
+        "worker": subprocess.Popen([*command, "worker", "--processes", "1", "--threads", "4"],
+                                   env=env),
+        "clock": subprocess.Popen([*command, "clock"], env=env),
+    }
+    _banner(settings, env)
+    return _supervise(children)
+
+
+def _banner(settings: Settings, env: dict[str, str]) -> None:
+    url = f"http://127.0.0.1:{settings.port}"
+    click.echo(f"""
+webhooks is running
+  ingest:   {url}/webhooks/<provider>   (stripe, paddle, shopify, github, slack, standard)
+  health:   {url}/healthz  {url}/readyz  {url}/metrics
+  database: {env['DATABASE_URL']}
+  broker:   {env['BROKER_URL']}
+  secrets:  {settings.data_dir / 'dev-secrets.json'} (unless set in the environment)
+
+send a signed test event (in another terminal, same folder):
+  webhooks send stripe examples/stripe/invoice_paid.json --repeat 5 --concurrency 5
+  webhooks stats
+Ctrl-C stops everything.
+""")
+
+
+def _supervise(children: dict[str, subprocess.Popen[bytes]]) -> int:
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    status = 0
+    while not stopping:
+        for name, child in children.items():
+            if child.poll() is not None:
+                click.echo(f"{name} exited with {child.returncode}; stopping", err=True)
+                status, stopping = 1, True
+        time.sleep(0.2)
+    for child in children.values():
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for child in children.values():
+        try:
+            child.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return status

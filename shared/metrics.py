@@ -1,0 +1,63 @@
+"""Prometheus metrics for web, worker and clock.
+
+Several server or worker processes: set PROMETHEUS_MULTIPROC_DIR (the `webhooks web` and
+`webhooks worker` commands do it for you) and every process's samples are aggregated on
+/metrics.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+deliveries_received = Counter(
+    "webhooks_deliveries_received_total", "Verified deliveries recorded (new events).",
+    ["provider"],
+)
+deliveries_duplicate = Counter(
+    "webhooks_deliveries_duplicate_total", "Verified deliveries of an event seen before.",
+    ["provider"],
+)
+deliveries_rejected = Counter(
+    "webhooks_deliveries_rejected_total", "Deliveries answered 4xx or 503, by reason.",
+    ["provider", "reason"],
+)
+ack_latency = Histogram(
+    "webhooks_ack_latency_seconds", "Time from request start to acknowledgement.",
+    ["provider"],
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+broker_enqueue_failures = Counter(
+    "webhooks_broker_enqueue_failures_total", "Wake-ups that could not be enqueued."
+)
+jobs_done = Counter("webhooks_jobs_done_total", "Jobs completed.", ["provider", "event_type"])
+jobs_retried = Counter("webhooks_jobs_retried_total", "Job attempts that failed and will retry.")
+jobs_failed = Counter("webhooks_jobs_failed_total", "Jobs that failed for good.")
+job_latency = Histogram(
+    "webhooks_job_latency_seconds", "Time from receipt of the event to its job done.",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15, 60, 300),
+)
+outbox_sent = Counter("webhooks_outbox_sent_total", "Emails sent (or found already sent).")
+outbox_failed = Counter("webhooks_outbox_failed_total", "Emails failed for good.")
+queue_depth = Gauge(
+    "webhooks_queue_depth", "Due work seen by the last sweep.", ["table"],
+    multiprocess_mode="mostrecent",
+)
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text for /metrics, aggregated over processes when multiprocess."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(), CONTENT_TYPE_LATEST

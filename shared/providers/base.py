@@ -1,0 +1,114 @@
+"""The interface every provider module implements, and the checks they share.
+
+A provider turns a raw request (body bytes and headers) into a Delivery, or raises
+InvalidSignature / InvalidPayload. It never touches the database: signature verification
+happens before any database access.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shared.errors import InvalidPayload, InvalidSignature
+
+MAX_ID_LENGTH = 255
+
+
+class Headers(Protocol):
+    """A case-insensitive header mapping (werkzeug's Headers, or requests' dict)."""
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Delivery:
+    event_id: str
+    event_type: str
+    payload: dict[str, Any]
+    # A reply to answer at once without recording anything (Slack's url_verification).
+    reply: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SignedRequest:
+    """What `webhooks send` and the tests post: headers to add to a JSON body."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Provider(Protocol):
+    name: str
+
+    def verify(
+        self, body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
+    ) -> Delivery: ...
+
+    def sign(self, body: bytes, secret: str, now: float) -> dict[str, str]: ...
+
+
+def parse_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or InvalidPayload."""
+    try:
+        # Decode explicitly: json.loads(bytes) would also accept UTF-16 and UTF-32.
+        payload = json.loads(body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise InvalidPayload("body is not JSON") from None
+    if not isinstance(payload, dict):
+        raise InvalidPayload("body is not a JSON object")
+    return payload
+
+
+def require_id(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID_LENGTH:
+        raise InvalidPayload(f"missing or invalid {what}")
+    if "\x00" in value:
+        raise InvalidPayload(f"invalid {what}")
+    return value
+
+
+def optional_type(value: Any) -> str:
+    if isinstance(value, str) and value and len(value) <= MAX_ID_LENGTH and "\x00" not in value:
+        return value
+    return "unknown"
+
+
+def check_timestamp(raw: Any, tolerance: int, now: float) -> int:
+    """A signed UNIX timestamp within tolerance of now, in the past or the future."""
+    try:
+        timestamp = int(str(raw).strip())
+    except (TypeError, ValueError):
+        raise InvalidSignature("timestamp is not a number") from None
+    if abs(now - timestamp) > tolerance:
+        raise InvalidSignature("timestamp outside the tolerance")
+    return timestamp
+
+
+def hmac_sha256(secret: str | bytes, message: bytes) -> bytes:
+    key = secret.encode() if isinstance(secret, str) else secret
+    return hmac.new(key, message, hashlib.sha256).digest()
+
+
+def matches_any(expected: list[bytes | str], given: list[str]) -> bool:
+    """Constant-time comparison of every expected signature against every given one."""
+    found = False
+    for want in expected:
+        want_bytes = want.encode() if isinstance(want, str) else want
+        for candidate in given:
+            try:
+                candidate_bytes = candidate.encode("ascii")
+            except UnicodeEncodeError:
+                continue
+            found |= hmac.compare_digest(want_bytes, candidate_bytes)
+    return found
+
+
+def header(headers: Headers | Mapping[str, str], name: str) -> str:
+    value = headers.get(name)
+    if not value or not isinstance(value, str):
+        raise InvalidSignature(f"missing {name} header")
+    return value

@@ -1,0 +1,63 @@
+"""Paddle Billing: `Paddle-Signature: ts=<unix>;h1=<hex HMAC-SHA256 of "ts:body">[;h1=...]`.
+
+While a secret is being rotated Paddle sends one `h1` per active secret, and we may have
+several configured: any `h1` made with any configured secret is valid.
+"""
+
+from __future__ import annotations
+
+from shared.errors import InvalidSignature
+from shared.providers.base import (
+    Delivery,
+    Headers,
+    check_timestamp,
+    header,
+    hmac_sha256,
+    matches_any,
+    optional_type,
+    parse_object,
+    require_id,
+)
+
+name = "paddle"
+
+
+def verify(
+    body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
+) -> Delivery:
+    timestamp, signatures = _parse(header(headers, "Paddle-Signature"))
+    check_timestamp(timestamp, tolerance, now)
+    message = timestamp.encode() + b":" + body
+    expected: list[bytes | str] = [hmac_sha256(secret, message).hex() for secret in secrets]
+    if not matches_any(expected, signatures):
+        raise InvalidSignature("no Paddle signature matches a configured secret")
+    payload = parse_object(body)
+    return Delivery(
+        event_id=require_id(payload.get("event_id"), "event id"),
+        event_type=optional_type(payload.get("event_type")),
+        payload=payload,
+    )
+
+
+def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
+    timestamp = str(int(now))
+    digest = hmac_sha256(secret, timestamp.encode() + b":" + body)
+    return {"Paddle-Signature": f"ts={timestamp};h1={digest.hex()}"}
+
+
+def _parse(signature: str) -> tuple[str, list[str]]:
+    timestamps: list[str] = []
+    signatures: list[str] = []
+    for part in signature.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == "ts":
+            timestamps.append(value)
+        elif key == "h1":
+            signatures.append(value)
+    # Exactly one timestamp: with two, which one was signed would be ambiguous.
+    if len(timestamps) != 1 or not signatures:
+        raise InvalidSignature("Paddle-Signature needs one ts and at least one h1")
+    # Plain ASCII digits only: int() would also take "+1_700" or non-ASCII digits.
+    if not (timestamps[0].isascii() and timestamps[0].isdigit()):
+        raise InvalidSignature("Paddle-Signature ts is not a number")
+    return timestamps[0], signatures

@@ -1,0 +1,203 @@
+"""Every SQL statement that carries a guarantee, named table-first, each with why it is safe.
+
+State machines (status changes are always guarded by the expected current status and
+their row counts checked):
+
+    jobs:    pending --(handler committed)--> done
+             pending --(attempts exhausted or permanent error)--> failed
+             failed  --(webhooks replay)--> pending
+
+    outbox:  pending --(Postmark accepted, or search found it)--> sent
+             pending --(4xx that cannot succeed, or attempts exhausted)--> failed
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+# --- ingest -------------------------------------------------------------------------
+
+# ON CONFLICT DO NOTHING: a concurrent insert of the same (provider, event_id) waits for
+# the other transaction and then returns no row, so exactly one delivery creates the event.
+EventInsert = text("""
+    INSERT INTO webhook_events (provider, event_id, event_type, payload)
+    VALUES (:provider, :event_id, :event_type, CAST(:payload AS jsonb))
+    ON CONFLICT (provider, event_id) DO NOTHING
+    RETURNING id
+""")
+
+# Inserted in the same transaction as EventInsert, only when that returned a row.
+JobInsert = text("""
+    INSERT INTO jobs (provider, event_id, event_type)
+    VALUES (:provider, :event_id, :event_type)
+    RETURNING id, status
+""")
+
+# A duplicate is counted by appending a row: no hot counter row to contend on.
+DuplicateInsert = text("""
+    INSERT INTO webhook_duplicates (provider, event_id) VALUES (:provider, :event_id)
+""")
+
+JobStatusByEvent = text("""
+    SELECT id, status FROM jobs WHERE provider = :provider AND event_id = :event_id
+""")
+
+# --- jobs ---------------------------------------------------------------------------
+
+# SKIP LOCKED: a job locked by another worker's open transaction is skipped, never waited
+# for; the lock is held until this transaction commits the job's effects and its `done`.
+JobClaimDue = text("""
+    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at
+    FROM jobs j JOIN webhook_events e USING (provider, event_id)
+    WHERE j.id IN (
+        SELECT id FROM jobs
+        WHERE status = 'pending' AND run_at <= now()
+        ORDER BY run_at, id
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    ORDER BY j.run_at, j.id
+""")
+
+# Claim one named job (a message's job) if it is due; the same locking rule.
+JobClaimById = text("""
+    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at
+    FROM jobs j JOIN webhook_events e USING (provider, event_id)
+    WHERE j.id = (
+        SELECT id FROM jobs
+        WHERE id = :id AND status = 'pending' AND run_at <= now()
+        FOR UPDATE SKIP LOCKED
+    )
+""")
+
+# Guarded by status = 'pending': a job is completed once. Runs in the handler's transaction.
+JobMarkDone = text("""
+    UPDATE jobs SET status = 'done', attempts = attempts + 1, finished_at = now(),
+                    outcome = :outcome, last_error = NULL
+    WHERE id = :id AND status = 'pending'
+""")
+
+# After a handler error (its writes rolled back to the savepoint): count the attempt and
+# schedule the next one, or fail the job for good.
+JobMarkRetry = text("""
+    UPDATE jobs SET attempts = attempts + 1, last_error = :error,
+                    run_at = now() + make_interval(secs => :delay)
+    WHERE id = :id AND status = 'pending'
+""")
+
+JobMarkFailed = text("""
+    UPDATE jobs SET status = 'failed', attempts = attempts + 1, last_error = :error,
+                    finished_at = now()
+    WHERE id = :id AND status = 'pending'
+""")
+
+JobCountDue = text("""
+    SELECT count(*) FROM jobs WHERE status = 'pending' AND run_at <= now()
+""")
+
+JobCountPending = text("SELECT count(*) FROM jobs WHERE status = 'pending'")
+
+# Replay: only failed jobs move back to pending; attempts start again.
+JobReplay = text("""
+    UPDATE jobs SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL
+    WHERE id = ANY(:ids) AND status = 'failed'
+    RETURNING id
+""")
+
+# --- ledger -------------------------------------------------------------------------
+
+# Locks the account row first (ON CONFLICT DO UPDATE takes the row lock), so every
+# transaction touching a customer's money takes that customer's lock before anything else.
+AccountLock = text("""
+    INSERT INTO accounts (customer_id, currency) VALUES (:customer_id, :currency)
+    ON CONFLICT (customer_id, currency) DO UPDATE SET updated_at = now()
+    RETURNING balance
+""")
+
+# UNIQUE (entry_key): a business fact (an invoice credit, a refund level) is booked once.
+LedgerInsert = text("""
+    INSERT INTO ledger_entries
+        (customer_id, currency, amount, provider, event_id, entry_key, kind, reference)
+    VALUES
+        (:customer_id, :currency, :amount, :provider, :event_id, :entry_key, :kind, :reference)
+    ON CONFLICT (entry_key) DO NOTHING
+    RETURNING id
+""")
+
+AccountAdd = text("""
+    UPDATE accounts SET balance = balance + :amount, updated_at = now()
+    WHERE customer_id = :customer_id AND currency = :currency
+""")
+
+# Read under the account lock, so two refunds of one charge cannot both see the old total.
+LedgerRefundedTotal = text("""
+    SELECT coalesce(-sum(amount), 0) FROM ledger_entries
+    WHERE kind = 'refund' AND reference = :charge_id
+""")
+
+# Applies the event only if it is not older than the last one applied to the subscription.
+SubscriptionUpsert = text("""
+    INSERT INTO subscriptions
+        (subscription_id, customer_id, status, last_event_created, last_event_id)
+    VALUES (:subscription_id, :customer_id, :status, :created, :event_id)
+    ON CONFLICT (subscription_id) DO UPDATE
+        SET customer_id = EXCLUDED.customer_id, status = EXCLUDED.status,
+            last_event_created = EXCLUDED.last_event_created,
+            last_event_id = EXCLUDED.last_event_id, updated_at = now()
+        WHERE subscriptions.last_event_created <= EXCLUDED.last_event_created
+    RETURNING subscription_id
+""")
+
+# --- outbox -------------------------------------------------------------------------
+
+# UNIQUE (idempotency_key): one email per key however many jobs try to queue it.
+OutboxInsert = text("""
+    INSERT INTO outbox
+        (idempotency_key, kind, to_address, subject, text_body, html_body, provider, event_id)
+    VALUES
+        (:key, :kind, :to_address, :subject, :text_body, :html_body, :provider, :event_id)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id
+""")
+
+OutboxCountDue = text("""
+    SELECT count(*) FROM outbox WHERE status = 'pending' AND run_at <= now()
+""")
+
+# SKIP LOCKED: concurrent dispatchers claim disjoint rows. The same statement records the
+# attempt and pushes run_at past a lease, and commits before any call to Postmark: the row
+# is invisible to other claims while in flight, and comes back by itself if we die.
+OutboxClaimDue = text("""
+    UPDATE outbox
+    SET attempts = attempts + 1, attempted_at = now(),
+        run_at = now() + make_interval(secs => :lease)
+    WHERE id IN (
+        SELECT id FROM outbox
+        WHERE status = 'pending' AND run_at <= now()
+        ORDER BY run_at, id
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id, idempotency_key, kind, to_address, subject, text_body, html_body,
+              provider, event_id, attempts
+""")
+
+# Guarded by status and by the attempt this dispatcher claimed: once its lease ran out and
+# another dispatcher re-claimed the row (attempts + 1), a late mark updates nothing.
+OutboxMarkSent = text("""
+    UPDATE outbox SET status = 'sent', message_id = :message_id, sent_at = now(),
+                      last_error = NULL
+    WHERE id = :id AND status = 'pending' AND attempts = :attempts
+""")
+
+# Same guard; the row stays pending and is claimed again (and searched first) after delay.
+OutboxMarkRetry = text("""
+    UPDATE outbox SET run_at = now() + make_interval(secs => :delay), last_error = :error
+    WHERE id = :id AND status = 'pending' AND attempts = :attempts
+""")
+
+# Same guard: only the dispatcher holding the current attempt can fail the row.
+OutboxMarkFailed = text("""
+    UPDATE outbox SET status = 'failed', last_error = :error
+    WHERE id = :id AND status = 'pending' AND attempts = :attempts
+""")

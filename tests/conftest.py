@@ -1,0 +1,118 @@
+"""Test infrastructure: a real Postgres and a real broker.
+
+Postgres: DATABASE_URL if set (CI sets it to the machine's server), else the embedded
+pgserver. Each test session creates its own database, migrated with Alembic; each test
+starts from empty tables. Broker: BROKER_URL if set, else the embedded Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from shared import db
+from shared.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLES = ("outbox", "ledger_entries", "accounts", "subscriptions", "webhook_duplicates",
+          "jobs", "webhook_events")
+TEST_DATA_DIR = Path(tempfile.gettempdir()) / "webhooks-test-embedded"
+
+
+def server_url() -> str:
+    raw = os.environ.get("DATABASE_URL")
+    if raw:
+        return db.sqlalchemy_url(raw)
+    from shared import embedded
+
+    return db.sqlalchemy_url(embedded.postgres_url(TEST_DATA_DIR))
+
+
+def broker_url() -> str:
+    raw = os.environ.get("BROKER_URL")
+    if raw:
+        return raw
+    from shared import embedded
+
+    return embedded.broker_url(TEST_DATA_DIR)
+
+
+def migrate(url: str) -> None:
+    from alembic.config import Config
+
+    from alembic import command
+
+    config = Config(str(ROOT / "alembic.ini"))
+    config.attributes["configure_logger"] = False
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+    engine.dispose()
+
+
+def create_database(name: str) -> str:
+    """Create database `name` on the test server and return its SQLAlchemy URL."""
+    url = sa.make_url(server_url())
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(name: str) -> None:
+    url = sa.make_url(server_url())
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    name = f"webhooks_test_{secrets.token_hex(4)}"
+    url = create_database(name)
+    migrate(url)
+    yield url
+    drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = sa.create_engine(database_url, pool_size=10, max_overflow=10)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture()
+def clean_db(engine: Engine) -> Engine:
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+    return engine
+
+
+STRIPE_SECRET = "whsec_test_secret"
+
+
+@pytest.fixture()
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    """Settings pointing at the test database and broker, with short retries."""
+    return Settings.from_env(
+        {
+            "DATABASE_URL": database_url,
+            "BROKER_URL": broker_url(),
+            "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET,
+            "JOB_RETRY_BASE_SECONDS": "0",
+            "JOB_MAX_ATTEMPTS": "3",
+            "WEBHOOKS_DATA_DIR": str(tmp_path / "data"),
+        }
+    )

@@ -1,0 +1,67 @@
+"""Row and event factories: Stripe-shaped events and direct inserts of events and jobs."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+
+def stripe_event(event_type: str, obj: dict[str, Any], *, event_id: str | None = None,
+                 created: int | None = None) -> dict[str, Any]:
+    return {
+        "id": event_id or f"evt_{uuid.uuid4().hex[:24]}",
+        "object": "event",
+        "type": event_type,
+        "created": created if created is not None else int(time.time()),
+        "data": {"object": obj},
+    }
+
+
+def invoice(invoice_id: str | None = None, *, customer: str = "cus_1", amount: int = 1000,
+            currency: str = "usd", email: str | None = "buyer@example.com") -> dict[str, Any]:
+    return {"id": invoice_id or f"in_{uuid.uuid4().hex[:16]}", "object": "invoice",
+            "customer": customer, "amount_paid": amount, "amount_due": amount,
+            "currency": currency, "customer_email": email}
+
+
+def charge(charge_id: str, *, customer: str = "cus_1", refunded: int,
+           currency: str = "usd") -> dict[str, Any]:
+    return {"id": charge_id, "object": "charge", "customer": customer,
+            "amount_refunded": refunded, "currency": currency}
+
+
+def subscription(sub_id: str, status: str, *, customer: str = "cus_1") -> dict[str, Any]:
+    return {"id": sub_id, "object": "subscription", "customer": customer, "status": status}
+
+
+def stripe_signature(body: bytes, secret: str, timestamp: int | None = None) -> str:
+    """The documented Stripe scheme, written independently of the code under test."""
+    timestamp = int(time.time()) if timestamp is None else timestamp
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return f"t={timestamp},v1={mac.hexdigest()}"
+
+
+def insert_event_and_job(engine: Engine, event: dict[str, Any], provider: str = "stripe",
+                         **job: Any) -> int:
+    """Insert an event row and its pending job directly (no broker message)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO webhook_events (provider, event_id, event_type, payload) "
+                    "VALUES (:p, :e, :t, CAST(:payload AS jsonb))"),
+            {"p": provider, "e": event["id"], "t": event.get("type", "unknown"),
+             "payload": json.dumps(event)},
+        )
+        columns = ", ".join(["provider", "event_id", "event_type", *job])
+        values = ", ".join([":p", ":e", ":t", *(f":{k}" for k in job)])
+        job_id: int = conn.execute(
+            sa.text(f"INSERT INTO jobs ({columns}) VALUES ({values}) RETURNING id"),
+            {"p": provider, "e": event["id"], "t": event.get("type", "unknown"), **job},
+        ).scalar_one()
+    return job_id

@@ -1,0 +1,152 @@
+"""Claiming and applying jobs against a real Postgres, with real concurrent connections."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from shared import queries
+from shared.settings import Settings
+from tests import factories
+from worker import handlers, jobs
+from worker.handlers import JobContext
+
+
+def scalar(engine: Engine, sql: str, **params: object) -> object:
+    with engine.connect() as conn:
+        return conn.execute(sa.text(sql), params).scalar_one()
+
+
+def job_row(engine: Engine, job_id: int):  # type: ignore[no-untyped-def]
+    with engine.connect() as conn:
+        return conn.execute(sa.text("SELECT * FROM jobs WHERE id = :id"), {"id": job_id}).one()
+
+
+@pytest.fixture(autouse=True)
+def _handlers(settings: Settings) -> None:
+    handlers.load(settings)
+
+
+def invoice_job(engine: Engine, amount: int = 1000, **invoice_kwargs: object) -> int:
+    event = factories.stripe_event("invoice.paid", factories.invoice(amount=amount,
+                                                                     **invoice_kwargs))
+    return factories.insert_event_and_job(engine, event)
+
+
+def test_two_connections_racing_for_one_job_exactly_one_wins(clean_db: Engine) -> None:
+    job_id = invoice_job(clean_db)
+    with clean_db.connect() as first, clean_db.connect() as second:
+        first.begin()
+        second.begin()
+        a = first.execute(queries.JobClaimById, {"id": job_id}).all()
+        b = second.execute(queries.JobClaimById, {"id": job_id}).all()  # SKIP LOCKED: no wait
+        assert [r.id for r in a] == [job_id]
+        assert b == []
+        first.rollback()
+        second.rollback()
+
+
+def test_batch_claims_race_without_overlap(clean_db: Engine) -> None:
+    ids = {invoice_job(clean_db, customer=f"cus_{i}") for i in range(30)}
+    with clean_db.connect() as first, clean_db.connect() as second:
+        first.begin()
+        second.begin()
+        a = {r.id for r in first.execute(queries.JobClaimDue, {"limit": 20})}
+        b = {r.id for r in second.execute(queries.JobClaimDue, {"limit": 20})}
+        assert len(a) == 20 and len(b) == 10
+        assert not a & b and a | b == ids
+        first.rollback()
+        second.rollback()
+
+
+def test_same_job_processed_twice_and_concurrently_applies_once(
+    clean_db: Engine, settings: Settings
+) -> None:
+    job_ids = [invoice_job(clean_db, amount=100, customer="cus_same") for _ in range(20)]
+    barrier = threading.Barrier(4)
+
+    def worker() -> None:
+        barrier.wait()
+        for job_id in job_ids:  # every "message" delivered to every worker
+            jobs.process_batch(clean_db, settings, job_id=job_id)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert scalar(clean_db, "SELECT count(*) FROM jobs WHERE status = 'done'") == 20
+    assert scalar(clean_db, "SELECT balance FROM accounts WHERE customer_id = 'cus_same'") == 2000
+    assert scalar(clean_db, "SELECT count(*) FROM ledger_entries") == 20
+    assert scalar(clean_db, "SELECT sum(attempts) FROM jobs") == 20
+
+
+def test_done_job_is_never_claimed_again(clean_db: Engine, settings: Settings) -> None:
+    job_id = invoice_job(clean_db)
+    assert jobs.process_batch(clean_db, settings, job_id=job_id).done == 1
+    assert jobs.process_batch(clean_db, settings, job_id=job_id).claimed == 0
+    assert jobs.process_batch(clean_db, settings).claimed == 0
+
+
+def test_failing_handler_rolls_back_retries_with_backoff_then_fails(
+    clean_db: Engine, settings: Settings
+) -> None:
+    @handlers.handler("stripe", "test.explodes")
+    def explodes(ctx: JobContext) -> None:
+        ctx.conn.execute(sa.text("INSERT INTO accounts (customer_id, currency, balance) "
+                                 "VALUES ('cus_boom', 'usd', 999)"))
+        raise RuntimeError("boom")
+
+    event = factories.stripe_event("test.explodes", {})
+    job_id = factories.insert_event_and_job(clean_db, event)
+    slow = Settings(**{**settings.__dict__, "job_retry_base_seconds": 60.0,
+                       "job_max_attempts": 3})
+    result = jobs.process_batch(clean_db, slow)
+    assert result.retried and 48 <= result.retried[0][1] <= 72  # 60 s ± 20% jitter
+    row = job_row(clean_db, job_id)
+    assert row.status == "pending" and row.attempts == 1 and "boom" in row.last_error
+    assert scalar(clean_db, "SELECT count(*) FROM accounts") == 0  # rolled back
+    assert jobs.process_batch(clean_db, slow).claimed == 0  # not due yet
+    for expected_attempts in (2, 3):
+        with clean_db.begin() as conn:
+            conn.execute(sa.text("UPDATE jobs SET run_at = now()"))
+        jobs.process_batch(clean_db, slow)
+        assert job_row(clean_db, job_id).attempts == expected_attempts
+    row = job_row(clean_db, job_id)
+    assert row.status == "failed" and row.finished_at is not None
+    assert scalar(clean_db, "SELECT count(*) FROM accounts") == 0
+
+
+def test_one_bad_job_does_not_undo_its_batch_neighbours(
+    clean_db: Engine, settings: Settings
+) -> None:
+    good = [invoice_job(clean_db, amount=5, customer="cus_ok") for _ in range(3)]
+    bad_event = factories.stripe_event("invoice.paid", {"id": "in_bad"})  # no customer
+    bad = factories.insert_event_and_job(clean_db, bad_event)
+    result = jobs.process_batch(clean_db, settings, limit=10)
+    assert result.done == 3 and len(result.retried) == 1
+    assert all(job_row(clean_db, j).status == "done" for j in good)
+    assert job_row(clean_db, bad).status == "pending"
+    assert scalar(clean_db, "SELECT balance FROM accounts WHERE customer_id = 'cus_ok'") == 15
+
+
+def test_unknown_event_type_completes_with_no_effect(clean_db: Engine, settings: Settings) -> None:
+    job_id = factories.insert_event_and_job(clean_db, factories.stripe_event("customer.created",
+                                                                            {"id": "cus_x"}))
+    jobs.process_batch(clean_db, settings)
+    row = job_row(clean_db, job_id)
+    assert row.status == "done" and row.outcome == "no handler"
+    assert scalar(clean_db, "SELECT count(*) FROM ledger_entries") == 0
+
+
+def test_retry_delay_doubles_with_jitter_and_caps_at_an_hour() -> None:
+    import random
+
+    rng = random.Random(1)
+    delays = [jobs.retry_delay(n, 2.0, rng) for n in range(1, 6)]
+    for n, delay in enumerate(delays, start=1):
+        assert 0.8 * 2 * 2 ** (n - 1) <= delay <= 1.2 * 2 * 2 ** (n - 1)
+    assert jobs.retry_delay(40, 2.0, rng) <= 3600

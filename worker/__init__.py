@@ -1,0 +1,1 @@
+"""Dramatiq workers: job processing, outbox dispatch and the clock."""

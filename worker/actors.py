@@ -1,0 +1,79 @@
+"""Dramatiq actors. Importing this module configures the broker from the environment, so
+the `dramatiq` command (run by `webhooks worker`) can load it.
+
+Each message is a wake-up that carries at most an id: the actor claims due rows itself,
+so a lost message only delays work (the clock re-enqueues) and a duplicate is a no-op.
+Dramatiq's own retries are off: the rows own attempts and scheduling.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import dramatiq
+from sqlalchemy.engine import Engine
+
+from shared import db
+from shared.logs import configure_logging
+from shared.settings import Settings
+from worker import broker as wakeups
+from worker import handlers, jobs, outbox
+
+log = logging.getLogger(__name__)
+
+settings = Settings.from_env()
+configure_logging(settings)
+broker = wakeups.create_broker(settings)
+dramatiq.set_broker(broker)
+handlers.load(settings)
+
+JOB_BATCH_SIZE = 10
+_engine: Engine | None = None
+_engine_lock = threading.Lock()
+
+
+def engine() -> Engine:
+    """One pool per worker process, created after the fork."""
+    global _engine
+    with _engine_lock:
+        if _engine is None:
+            _engine = db.create_engine(settings, pool_size=8)
+        return _engine
+
+
+@dramatiq.actor(queue_name=wakeups.JOBS_QUEUE, actor_name=wakeups.PROCESS_JOBS,
+                max_retries=0, time_limit=120_000)
+def process_jobs(job_id: int | None = None) -> None:
+    """Apply due jobs, oldest first, a batch per transaction. job_id names the job whose
+    commit sent this wake-up (for the logs); whichever jobs are due get claimed."""
+    result = jobs.process_batch(engine(), settings, limit=JOB_BATCH_SIZE)
+    if result.emails_queued:
+        wakeups.wake_outbox(broker, 1)
+    for retried_id, delay in result.retried:
+        _wake_later(retried_id, delay)
+    if result.deferred:
+        wakeups.wake_jobs(broker, result.deferred)
+    if result.claimed == JOB_BATCH_SIZE:
+        wakeups.wake_jobs(broker, [job_id or 0])  # more may be due: keep draining
+
+
+def _wake_later(job_id: int, delay: float) -> None:
+    try:
+        broker.enqueue(
+            dramatiq.Message(queue_name=wakeups.JOBS_QUEUE, actor_name=wakeups.PROCESS_JOBS,
+                             args=(job_id,), kwargs={}, options={}),
+            delay=int(delay * 1000),
+        )
+    except Exception:
+        log.warning("could not schedule the retry's wake-up; the sweeper will",
+                    extra={"job_id": job_id})
+
+
+@dramatiq.actor(queue_name=wakeups.OUTBOX_QUEUE, actor_name=wakeups.DISPATCH_OUTBOX,
+                max_retries=0, time_limit=300_000)
+def dispatch_outbox() -> None:
+    """Send due outbox emails through Postmark (or the log), once per idempotency key."""
+    result = outbox.dispatch_due(engine(), settings)
+    if result.more:
+        wakeups.wake_outbox(broker, 1)

@@ -1,0 +1,108 @@
+"""The Dramatiq broker: Redis for redis:// (and the embedded unix:// socket), RabbitMQ
+for amqp://. Messages carry only ids and are wake-ups: the jobs and outbox tables are the
+truth, so a lost message delays work (the clock re-enqueues it) and a duplicate is a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import dramatiq
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import (
+    AgeLimit,
+    Callbacks,
+    Pipelines,
+    Retries,
+    ShutdownNotifications,
+    TimeLimit,
+)
+
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+JOBS_QUEUE = "jobs"
+OUTBOX_QUEUE = "outbox"
+PROCESS_JOBS = "process_jobs"
+DISPATCH_OUTBOX = "dispatch_outbox"
+
+
+def broker_url(settings: Settings) -> str:
+    """BROKER_URL, or the embedded broker's (started if needed)."""
+    if settings.broker_url:
+        return settings.broker_url
+    from shared import embedded
+
+    return embedded.broker_url(settings.data_dir)
+
+
+def create_broker(settings: Settings, url: str | None = None) -> dramatiq.Broker:
+    url = url or broker_url(settings)
+    # Retries stays installed (actors set max_retries=0): the job row owns retries.
+    middleware = [
+        AgeLimit(),
+        TimeLimit(),
+        ShutdownNotifications(),
+        Callbacks(),
+        Pipelines(),
+        Retries(max_retries=0),
+    ]
+    broker: dramatiq.Broker
+    if url.startswith(("amqp://", "amqps://")):
+        broker = RabbitmqBroker(url=_amqp_url(url), middleware=middleware, confirm_delivery=True)
+    else:
+        import redis
+
+        pool = redis.ConnectionPool.from_url(
+            url, socket_timeout=10, socket_connect_timeout=2, health_check_interval=30
+        )
+        client = redis.Redis(connection_pool=pool)
+        broker = RedisBroker(client=client, middleware=middleware)
+    for queue in (JOBS_QUEUE, OUTBOX_QUEUE):
+        broker.declare_queue(queue)
+    return broker
+
+
+def _amqp_url(url: str) -> str:
+    """Fail fast when RabbitMQ is down instead of pika's long default retries."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    query.setdefault("connection_attempts", "1")
+    query.setdefault("socket_timeout", "3")
+    query.setdefault("blocked_connection_timeout", "5")
+    query.setdefault("heartbeat", "30")
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _message(queue: str, actor: str, args: tuple[object, ...]) -> dramatiq.Message:  # type: ignore[type-arg]
+    return dramatiq.Message(queue_name=queue, actor_name=actor, args=args, kwargs={}, options={})
+
+
+def wake_jobs(broker: dramatiq.Broker, job_ids: list[int]) -> bool:
+    """Best effort: enqueue one wake-up per job id. False if the broker is unreachable."""
+    try:
+        for job_id in job_ids:
+            broker.enqueue(_message(JOBS_QUEUE, PROCESS_JOBS, (job_id,)))
+    except Exception as error:  # any broker/network failure: the sweeper enqueues it later
+        log.warning("broker unreachable, job left for the sweeper: %s", _one_line(error))
+        return False
+    return True
+
+
+def wake_outbox(broker: dramatiq.Broker, count: int = 1) -> bool:
+    """Best effort: enqueue `count` outbox dispatch wake-ups."""
+    try:
+        for _ in range(count):
+            broker.enqueue(_message(OUTBOX_QUEUE, DISPATCH_OUTBOX, ()))
+    except Exception as error:
+        log.warning("broker unreachable, outbox left for the sweeper: %s", _one_line(error))
+        return False
+    return True
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"

@@ -1,0 +1,95 @@
+"""The handler registration API.
+
+A handler is a function of one JobContext, registered for a provider and one or more
+event types (or "*" for every type of that provider):
+
+    from worker.handlers import JobContext, handler
+
+    @handler("github", "push")
+    def count_push(ctx: JobContext) -> None:
+        ctx.conn.execute(...)   # the job's own transaction: commit together or not at all
+
+It runs inside the job's transaction, on ctx.conn: every write it makes commits together
+with the job's `done` mark, or not at all. It must not open its own connection or call
+other services; to email, call ctx.queue_email() (an outbox row in the same transaction).
+Raise an exception to fail the attempt (retried with backoff up to JOB_MAX_ATTEMPTS),
+or PermanentJobError to fail the job at once. Return a short outcome string, or None.
+
+Your handler modules are imported by the workers when named in WEBHOOK_HANDLERS
+(comma-separated module paths) or in the `webhooks.handlers` entry-point group.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from shared import queries
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["JobContext"], "str | None"]
+_registry: dict[tuple[str, str], Handler] = {}
+BUILTIN_MODULES = ("worker.handlers.stripe",)
+
+
+@dataclass
+class JobContext:
+    conn: Connection
+    settings: Settings
+    job_id: int
+    provider: str
+    event_id: str
+    event_type: str
+    payload: dict[str, Any]
+    emails_queued: int = field(default=0)
+
+    def queue_email(
+        self, *, key: str, kind: str, to: str, subject: str, text_body: str, html_body: str
+    ) -> bool:
+        """Queue one email, sent once per key by the outbox. False if the key exists."""
+        row = self.conn.execute(
+            queries.OutboxInsert,
+            {"key": key, "kind": kind, "to_address": to, "subject": subject,
+             "text_body": text_body, "html_body": html_body, "provider": self.provider,
+             "event_id": self.event_id},
+        ).first()
+        if row is not None:
+            self.emails_queued += 1
+        return row is not None
+
+
+def handler(provider: str, *event_types: str) -> Callable[[Handler], Handler]:
+    """Register the decorated function for provider and each of event_types."""
+    if not event_types:
+        raise TypeError("handler() needs at least one event type (or '*')")
+
+    def register(function: Handler) -> Handler:
+        for event_type in event_types:
+            existing = _registry.get((provider, event_type))
+            if existing is not None and existing is not function:
+                raise ValueError(f"a handler for {provider} {event_type} is already registered")
+            _registry[(provider, event_type)] = function
+        return function
+
+    return register
+
+
+def find(provider: str, event_type: str) -> Handler | None:
+    return _registry.get((provider, event_type)) or _registry.get((provider, "*"))
+
+
+def load(settings: Settings) -> None:
+    """Import the built-in handlers, WEBHOOK_HANDLERS modules and entry points."""
+    for module in (*BUILTIN_MODULES, *settings.handler_modules):
+        importlib.import_module(module)
+    for entry in entry_points(group="webhooks.handlers"):
+        entry.load()
+    log.debug("handlers loaded: %d", len(_registry))

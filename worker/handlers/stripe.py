@@ -1,0 +1,131 @@
+"""Reference business logic for Stripe, registered through the public handler API.
+
+Money is in integer minor units; accounts are per (customer, currency). Every handler
+locks the customer's account row first (queries.AccountLock), so transactions that touch
+the same money queue behind each other instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared import queries
+from shared.errors import WebhooksError
+from worker import emails
+from worker.handlers import JobContext, handler
+
+
+class InvalidEvent(WebhooksError):
+    """The event lacks a field its effect needs; the job fails (after its attempts)."""
+
+
+@handler("stripe", "invoice.paid", "invoice.payment_succeeded")
+def credit_invoice(ctx: JobContext) -> str:
+    """Credit amount_paid once per invoice (both event types arrive for one payment)."""
+    invoice = _object(ctx)
+    invoice_id = _text(invoice, "id")
+    customer, currency = _text(invoice, "customer"), _text(invoice, "currency").lower()
+    amount = _amount(invoice, "amount_paid")
+    credited = _book(ctx, customer, currency, amount, kind="invoice", reference=invoice_id,
+                     entry_key=f"invoice:{invoice_id}")
+    address = invoice.get("customer_email")
+    if isinstance(address, str) and address:
+        content = emails.receipt(invoice_id, amount, currency)
+        ctx.queue_email(key=f"receipt:{invoice_id}", kind="receipt", to=address,
+                        subject=content.subject, text_body=content.text_body,
+                        html_body=content.html_body)
+    return "credited" if credited else "already credited"
+
+
+@handler("stripe", "charge.refunded")
+def debit_refund(ctx: JobContext) -> str:
+    """Debit so that the total debited for the charge equals its cumulative amount_refunded.
+    Refund events may arrive out of order: an older (smaller) total debits nothing."""
+    charge = _object(ctx)
+    charge_id = _text(charge, "id")
+    customer, currency = _text(charge, "customer"), _text(charge, "currency").lower()
+    refunded = _amount(charge, "amount_refunded")
+    ctx.conn.execute(queries.AccountLock, {"customer_id": customer, "currency": currency})
+    already = ctx.conn.execute(queries.LedgerRefundedTotal, {"charge_id": charge_id}).scalar_one()
+    missing = refunded - int(already)
+    if missing <= 0:
+        return "already debited"
+    _book(ctx, customer, currency, -missing, kind="refund", reference=charge_id,
+          entry_key=f"refund:{charge_id}:{refunded}")
+    return "debited"
+
+
+@handler(
+    "stripe",
+    "customer.subscription.created",
+    "customer.subscription.updated",
+    "customer.subscription.deleted",
+)
+def upsert_subscription(ctx: JobContext) -> str:
+    """Apply the subscription's status unless a newer event (by `created`) was applied."""
+    subscription = _object(ctx)
+    created = ctx.payload.get("created")
+    if not isinstance(created, int) or isinstance(created, bool):
+        raise InvalidEvent("event has no integer `created`")
+    status = "canceled" if ctx.event_type.endswith(".deleted") else _text(subscription, "status")
+    applied = ctx.conn.execute(
+        queries.SubscriptionUpsert,
+        {"subscription_id": _text(subscription, "id"), "customer_id": _text(subscription,
+         "customer"), "status": status, "created": created, "event_id": ctx.event_id},
+    ).first()
+    return "applied" if applied is not None else "stale, skipped"
+
+
+@handler("stripe", "invoice.payment_failed")
+def notify_payment_failed(ctx: JobContext) -> str:
+    invoice = _object(ctx)
+    content = emails.payment_failed(
+        _text(invoice, "id"), _amount(invoice, "amount_due", default=0),
+        str(invoice.get("currency") or "usd"),
+    )
+    ctx.queue_email(key=f"payment_failed:{ctx.event_id}", kind="payment_failed",
+                    to=_text(invoice, "customer_email"), subject=content.subject,
+                    text_body=content.text_body, html_body=content.html_body)
+    return "notified"
+
+
+def _book(
+    ctx: JobContext, customer: str, currency: str, amount: int, *, kind: str, reference: str,
+    entry_key: str,
+) -> bool:
+    """Lock the account, insert the ledger entry once per entry_key, move the balance."""
+    account = {"customer_id": customer, "currency": currency}
+    ctx.conn.execute(queries.AccountLock, account)
+    inserted = ctx.conn.execute(
+        queries.LedgerInsert,
+        {**account, "amount": amount, "provider": ctx.provider, "event_id": ctx.event_id,
+         "entry_key": entry_key, "kind": kind, "reference": reference},
+    ).first()
+    if inserted is None:
+        return False
+    ctx.conn.execute(queries.AccountAdd, {**account, "amount": amount})
+    return True
+
+
+def _object(ctx: JobContext) -> dict[str, Any]:
+    data = ctx.payload.get("data")
+    obj = data.get("object") if isinstance(data, dict) else None
+    if not isinstance(obj, dict):
+        raise InvalidEvent("event has no data.object")
+    return obj
+
+
+def _text(obj: dict[str, Any], key: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value:
+        raise InvalidEvent(f"data.object.{key} is missing")
+    return value
+
+
+def _amount(obj: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = obj.get(key, default)
+    if value is None and default is not None:
+        value = default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidEvent(f"data.object.{key} is not a non-negative integer")
+    return value

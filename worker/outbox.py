@@ -1,0 +1,191 @@
+"""Dispatch outbox emails through Postmark, once per idempotency key.
+
+    pending --claim--> in flight: still 'pending', attempts + 1, attempted_at = now(),
+                       run_at = now() + LEASE_SECONDS; committed before any HTTP call
+    in flight --(Postmark accepted; or the search found the key)--> sent (message_id)
+    in flight --(a 4xx the message can never pass: invalid or inactive recipient)--> failed
+    in flight --(5xx, timeout, dropped connection; attempts left)--> pending,
+                run_at = now() + backoff
+    in flight --(the same, attempts exhausted)--> failed
+    in flight --(dispatcher killed, or out of time)--> pending again when run_at passes
+
+No database transaction is open during an HTTP call: the claim commits first, and the
+outcomes are written in a second short transaction. Every mark is guarded by the attempt
+number this dispatcher claimed (`attempts = :attempts`), so a dispatcher whose lease ran
+out and whose row was re-claimed cannot mark it.
+
+Postmark has no idempotency header. A row claimed with attempts > 1 had an attempt whose
+outcome was never recorded (crash, timeout, lost response, 5xx): before sending again we
+search Postmark's outbound messages by `metadata_idempotency_key`, and if the message is
+there the row is marked sent without sending. That search is the only way a second send
+of a key could happen: if Postmark accepted a message but it is not yet searchable when
+the retry runs (retries start at least MIN_RETRY_SECONDS later; crashes wait a lease).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from shared import db, metrics, queries
+from shared.errors import EmailOutcomeUnknown, EmailRejected
+from shared.settings import Settings
+from worker import postmark
+from worker.jobs import retry_delay
+from worker.postmark import OutboundEmail, Outcome, Sender, Sent
+
+log = logging.getLogger(__name__)
+
+# A claimed row is hidden from other dispatchers this long: far beyond the HTTP client's
+# timeout, so it only runs out when the dispatcher died.
+LEASE_SECONDS = 120.0
+# No call to Postmark starts later than this after the claim, so every call ends (at the
+# client's timeout at worst) well inside the lease. Rows not reached are given back.
+SEND_DEADLINE_SECONDS = 60.0
+MIN_RETRY_SECONDS = 1.0
+MAX_ERROR_LENGTH = 2000
+
+
+@dataclass
+class DispatchResult:
+    sent: int = 0
+    failed: int = 0
+    retried: int = 0
+    more: bool = False  # a full batch was claimed: more rows may be due
+    claimed: int = 0
+
+
+def dispatch_due(engine: Engine, settings: Settings, limit: int = 50, *,
+                 sender: Sender | None = None) -> DispatchResult:
+    """Claim up to `limit` due emails, send them, and record each outcome."""
+    sender = sender or postmark.sender_for(settings)
+    deadline = time.monotonic() + SEND_DEADLINE_SECONDS
+    rows = _claim(engine, limit)
+    result = DispatchResult(claimed=len(rows), more=len(rows) >= limit)
+    if rows:
+        outcomes = _attempt(sender, rows, settings, deadline)
+        _record(engine, settings, rows, outcomes, result)
+    return result
+
+
+def _claim(engine: Engine, limit: int) -> list[sa.Row[Any]]:
+    with db.transaction(engine) as conn:
+        rows = conn.execute(queries.OutboxClaimDue,
+                            {"limit": limit, "lease": LEASE_SECONDS}).all()
+    return sorted(rows, key=lambda row: row.id)
+
+
+def _attempt(sender: Sender, rows: Sequence[sa.Row[Any]], settings: Settings,
+             deadline: float) -> dict[int, Outcome]:
+    """Search for the rows with an earlier attempt, then send the rest in one request."""
+    outcomes: dict[int, Outcome] = {}
+    to_send = []
+    for row in rows:
+        if time.monotonic() > deadline:
+            break
+        if row.attempts > 1:
+            found = _search(sender, row, settings)
+            if found is not None:
+                outcomes[row.id] = found
+                continue
+        to_send.append(row)
+    if to_send and time.monotonic() <= deadline:
+        results = sender.send([_email(row) for row in to_send])
+        outcomes.update(zip((row.id for row in to_send), results, strict=True))
+    return outcomes
+
+
+def _search(sender: Sender, row: sa.Row[Any], settings: Settings) -> Outcome | None:
+    """Sent if Postmark already has this key; None if the row should be sent now."""
+    try:
+        message_id = sender.find_sent(row.idempotency_key)
+    except EmailOutcomeUnknown as error:
+        return error  # without an answer we must not send
+    if message_id is not None:
+        log.info("email found already sent", extra={**_context(row), "message_id": message_id})
+        return Sent(message_id)
+    if row.attempts > settings.job_max_attempts:
+        # Only after a crash during the last attempt: it was not sent, and no tries remain.
+        return EmailOutcomeUnknown("attempts exhausted")
+    return None
+
+
+def _email(row: sa.Row[Any]) -> OutboundEmail:
+    return OutboundEmail(idempotency_key=row.idempotency_key, to=row.to_address,
+                         subject=row.subject, text_body=row.text_body,
+                         html_body=row.html_body)
+
+
+def _record(engine: Engine, settings: Settings, rows: Sequence[sa.Row[Any]],
+            outcomes: dict[int, Outcome], result: DispatchResult) -> None:
+    """Write every outcome in one transaction, then count and log what changed."""
+    changes = []
+    with db.transaction(engine) as conn:
+        for row in rows:
+            change = _mark(conn, settings, row, outcomes.get(row.id))
+            if change is None:
+                log.warning("outbox row re-claimed by another dispatcher; outcome dropped",
+                            extra=_context(row))
+            else:
+                changes.append((row, *change))
+    for row, status, params in changes:
+        _report(row, status, params, result)
+
+
+def _mark(conn: Connection, settings: Settings, row: sa.Row[Any],
+          outcome: Outcome | None) -> tuple[str, dict[str, Any]] | None:
+    """Apply one outcome, guarded by the attempt we claimed; None if the guard failed."""
+    guard = {"id": row.id, "attempts": row.attempts}
+    statement: sa.TextClause
+    if outcome is None:  # never reached before the deadline: give it back now
+        status, statement = "released", queries.OutboxMarkRetry
+        params = {**guard, "delay": 0, "error": "not attempted: the dispatcher ran out of time"}
+    elif isinstance(outcome, Sent):
+        status, statement = "sent", queries.OutboxMarkSent
+        params = {**guard, "message_id": outcome.message_id}
+    elif isinstance(outcome, EmailRejected) or row.attempts >= settings.job_max_attempts:
+        status, statement = "failed", queries.OutboxMarkFailed
+        params = {**guard, "error": _error(outcome)}
+    else:
+        delay = max(retry_delay(row.attempts, settings.job_retry_base_seconds),
+                    MIN_RETRY_SECONDS)
+        status, statement = "retried", queries.OutboxMarkRetry
+        params = {**guard, "delay": delay, "error": _error(outcome)}
+    updated = conn.execute(statement, params).rowcount
+    return (status, params) if updated == 1 else None
+
+
+def _report(row: sa.Row[Any], status: str, params: dict[str, Any],
+            result: DispatchResult) -> None:
+    context = {**_context(row), "attempts": row.attempts}
+    if status == "sent":
+        result.sent += 1
+        metrics.outbox_sent.inc()
+        log.info("email sent", extra={**context, "message_id": params["message_id"]})
+    elif status == "failed":
+        result.failed += 1
+        metrics.outbox_failed.inc()
+        log.error("email failed", extra={**context, "error": params["error"]})
+    elif status == "retried":
+        result.retried += 1
+        log.warning("email attempt failed, will retry",
+                    extra={**context, "delay": round(params["delay"], 2),
+                           "error": params["error"]})
+    else:
+        result.more = True  # due again right now
+        log.info("email not attempted in time, released", extra=context)
+
+
+def _context(row: sa.Row[Any]) -> dict[str, Any]:
+    return {"idempotency_key": row.idempotency_key, "outbox_id": row.id, "kind": row.kind,
+            "provider": row.provider, "event_id": row.event_id}
+
+
+def _error(outcome: EmailRejected | EmailOutcomeUnknown) -> str:
+    return f"{type(outcome).__name__}: {outcome}"[:MAX_ERROR_LENGTH]
