@@ -69,7 +69,20 @@ def run(settings: Settings) -> int:
         "clock": subprocess.Popen([*command, "clock"], env=env),
     }
     _banner(settings, env)
-    return _supervise(children)
+    status = _supervise(children)
+    _stop_embedded(settings)
+    return status
+
+
+def _stop_embedded(settings: Settings) -> None:
+    """Stop the embedded servers `dev` started; the data stays for the next run."""
+    from shared import embedded
+
+    if settings.broker_url is None:
+        embedded.stop_broker(settings.data_dir)
+    if settings.database_url is None:
+        embedded.stop_postgres(settings.data_dir)
+    click.echo("stopped")
 
 
 def _banner(settings: Settings, env: dict[str, str]) -> None:

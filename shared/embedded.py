@@ -30,6 +30,23 @@ def postgres_url(data_dir: Path) -> str:
     return uri
 
 
+def stop_postgres(data_dir: Path, timeout: float = 20) -> None:
+    """Fast shutdown (SIGINT) of the embedded Postgres, if it runs."""
+    pidfile = data_dir / "pgdata" / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().splitlines()[0])
+        os.kill(pid, signal.SIGINT)
+    except (OSError, ValueError, IndexError):
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+
+
 def broker_socket(data_dir: Path) -> Path:
     return data_dir / "redis.sock"
 

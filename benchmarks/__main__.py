@@ -1,0 +1,96 @@
+"""`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers]`.
+
+Prints throughput, latency, the ratio to pgbench running the same SQL, end-to-end delay,
+peak RSS per process and idle CPU; writes results/*.json, *.csv and the concurrency chart.
+Never fails on a threshold: the numbers are for reading, the targets are printed next to them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report, scenarios, stack
+
+TARGETS = {"ingest_rps": 3000, "ingest_p99_ms": 20, "worker_jobs_per_s": 2000,
+           "e2e_p99_ms_at_500": 100, "idle_cpu_percent": 2}
+SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    plan = scenarios.SMOKE if args.smoke else scenarios.Plan()
+    if args.python_load:
+        plan = replace(plan, prefer_wrk=False)
+    if args.worker_args:
+        plan = replace(plan, worker_args=tuple(args.worker_args.split()))
+    if args.seconds:
+        plan = replace(plan, ingest_seconds=args.seconds, e2e_seconds=args.seconds)
+    chosen = args.only or (["ingest", "worker", "e2e"] if args.smoke else
+                           ["ingest", "sweep", "worker", "e2e"])
+    logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-"))
+    name = "webhooks_bench_smoke" if args.smoke else "webhooks_bench"
+    print(f"benchmarks: {', '.join(chosen)}; database {name}; process logs in {logs}; "
+          f"load average {stack.load_average()} on {os.cpu_count()} cores", flush=True)
+    target = stack.prepare(args.admin_url, name, args.broker_url, logs)
+    results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                               "smoke": args.smoke, "cores": os.cpu_count(),
+                               "load_average_start": stack.load_average(), "targets": TARGETS}
+    for scenario in chosen:
+        print(f"\n== {scenario}", flush=True)
+        results[scenario] = _run(scenario, target, plan)
+        report.print_scenario(scenario, results[scenario], TARGETS)
+    results["load_average_end"] = stack.load_average()
+    out = Path(args.out)
+    written = report.save(results, out, tag="smoke" if args.smoke else args.tag)
+    print(f"\nload average at the end: {results['load_average_end']}; wrote "
+          f"{', '.join(str(p) for p in written)}")
+    if not args.keep_database:
+        stack.drop(args.admin_url, name)
+    return 0
+
+
+def _run(scenario: str, target: stack.Target, plan: scenarios.Plan) -> Any:
+    if scenario == "ingest":
+        return scenarios.ingest(target, plan)
+    if scenario == "sweep":
+        return scenarios.ingest_sweep(target, plan)
+    if scenario == "worker":
+        return scenarios.worker(target, plan)
+    if scenario == "e2e":
+        return scenarios.end_to_end(target, plan)
+    return scenarios.servers(target, plan, report.server_candidates())
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few-second run of ingest, worker and e2e (CI)")
+    parser.add_argument("--only", action="append", choices=SCENARIOS,
+                        help="run only this scenario (repeatable)")
+    parser.add_argument("--admin-url", default=os.environ.get(
+        "BENCH_ADMIN_URL", os.environ.get("DATABASE_URL",
+                                          "postgresql://postgres@127.0.0.1:5432/postgres")),
+        help="a Postgres URL used to (re)create the private benchmark database")
+    parser.add_argument("--broker-url", default=os.environ.get(
+        "BENCH_BROKER_URL", "redis://127.0.0.1:6379/9"),
+        help="a Redis database the benchmark may flush (default db 9)")
+    parser.add_argument("--worker-args", default="",
+                        help="extra `webhooks worker` options, e.g. '--processes 1 --threads 8'")
+    parser.add_argument("--python-load", action="store_true",
+                        help="the Python load generator even when wrk is installed")
+    parser.add_argument("--seconds", type=float, help="ingest and e2e duration")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    parser.add_argument("--tag", default="latest", help="results file name prefix")
+    parser.add_argument("--keep-database", action="store_true")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""The scenarios: ingest (closed loop at C connections), worker (drain N invoice jobs),
+end-to-end (a steady rate through web, broker and worker), and the WSGI server comparison.
+Each returns plain dicts for the report."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchmarks import load, pgbench, stack
+from benchmarks.events import CUSTOMERS
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Plan:
+    ingest_seconds: float = 10
+    connections: int = 16
+    sweep: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    sweep_seconds: float = 5
+    worker_jobs: int = 20_000
+    idle_seconds: float = 10
+    rates: tuple[int, ...] = (200, 500)
+    e2e_seconds: float = 10
+    warmup_seconds: float = 2
+    prefer_wrk: bool = True
+    web_command: tuple[str, ...] = ()  # another server (honouring $PORT); default `webhooks web`
+    web_env: tuple[tuple[str, str], ...] = ()
+    worker_args: tuple[str, ...] = ()
+
+
+SMOKE = Plan(ingest_seconds=2, connections=4, sweep=(), worker_jobs=500, idle_seconds=2,
+             rates=(100,), e2e_seconds=2, warmup_seconds=0.5, prefer_wrk=False)
+
+
+def _web(target: stack.Target, plan: Plan, name: str = "web"):  # type: ignore[no-untyped-def]
+    return stack.web(target, list(plan.web_command) or None, dict(plan.web_env), name=name)
+
+
+# --- ingest ---------------------------------------------------------------------------
+
+
+def ingest(target: stack.Target, plan: Plan) -> dict[str, Any]:
+    stack.reset(target)
+    with _web(target, plan) as (base, web):
+        load.closed_loop(base, plan.connections, plan.warmup_seconds, stack.STRIPE_SECRET,
+                         plan.prefer_wrk)
+        loadavg_before = stack.load_average()
+        result = load.closed_loop(base, plan.connections, plan.ingest_seconds,
+                                  stack.STRIPE_SECRET, plan.prefer_wrk)
+        web.sample_memory()
+        idle_cpu = _idle_cpu(web, plan.idle_seconds / 2)
+    recorded = _scalar(target, "SELECT count(*) FROM jobs")
+    stack.reset(target)
+    reference = pgbench.run(target.database_url, HERE / "ingest.sql", plan.connections,
+                            seconds=plan.ingest_seconds)
+    app = result.summary()
+    return {
+        "app": app, "pgbench": reference.summary() if reference else None,
+        "ratio": round(result.rps / reference.tps, 3) if reference and reference.tps else None,
+        "rows_recorded": recorded, "memory": web.memory_report(),
+        "idle_cpu_percent": idle_cpu, "load_average": loadavg_before,
+    }
+
+
+def ingest_sweep(target: stack.Target, plan: Plan) -> list[dict[str, Any]]:
+    rows = []
+    with _web(target, plan) as (base, _):
+        load.closed_loop(base, 4, plan.warmup_seconds, stack.STRIPE_SECRET, plan.prefer_wrk)
+        for connections in plan.sweep:
+            result = load.closed_loop(base, connections, plan.sweep_seconds,
+                                      stack.STRIPE_SECRET, plan.prefer_wrk)
+            rows.append({"connections": connections, "rps": round(result.rps, 1),
+                         "p50_ms": round(result.p50_ms, 2), "p99_ms": round(result.p99_ms, 2),
+                         "errors": result.errors, "load_average": stack.load_average()})
+    for row in rows:
+        reference = pgbench.run(target.database_url, HERE / "ingest.sql", row["connections"],
+                                seconds=plan.sweep_seconds)
+        if reference:
+            row.update(pgbench_tps=round(reference.tps, 1),
+                       pgbench_p99_ms=round(reference.p99_ms, 2))
+    stack.reset(target)
+    return rows
+
+
+def servers(target: stack.Target, plan: Plan,
+            candidates: dict[str, tuple[list[str], dict[str, str]]]) -> list[dict[str, Any]]:
+    """The ingest scenario (app side only) under each candidate server command."""
+    rows = []
+    for name, (command, env) in candidates.items():
+        stack.reset(target)
+        variant = Plan(**{**plan.__dict__, "web_command": tuple(command),
+                          "web_env": tuple(env.items())})
+        with _web(target, variant, name=f"web-{name}") as (base, web):
+            load.closed_loop(base, plan.connections, plan.warmup_seconds, stack.STRIPE_SECRET,
+                             plan.prefer_wrk)
+            result = load.closed_loop(base, plan.connections, plan.ingest_seconds,
+                                      stack.STRIPE_SECRET, plan.prefer_wrk)
+            web.sample_memory()
+        memory = web.memory_report()
+        rows.append({"server": name, **result.summary(), "load_average": stack.load_average(),
+                     "rss_mb_total": round(sum(m["peak_rss_mb"] for m in memory), 1)})
+        print(f"  {name:<28} {result.rps:8.0f} rps  p50 {result.p50_ms:6.2f} ms  "
+              f"p99 {result.p99_ms:6.2f} ms  errors {result.errors}  "
+              f"load {stack.load_average()}", flush=True)
+    stack.reset(target)
+    return rows
+
+
+# --- worker ---------------------------------------------------------------------------
+
+
+def seed_jobs(target: stack.Target, count: int) -> None:
+    """`count` pending invoice.paid jobs and their events, inserted directly."""
+    engine = target.engine()
+    with engine.begin() as conn:
+        conn.execute(sa.text("""
+            INSERT INTO webhook_events (provider, event_id, event_type, payload)
+            SELECT 'stripe', 'evt_seed_' || n, 'invoice.paid', jsonb_build_object(
+                'id', 'evt_seed_' || n, 'object', 'event', 'type', 'invoice.paid',
+                'created', extract(epoch FROM now())::bigint,
+                'data', jsonb_build_object('object', jsonb_build_object(
+                    'id', 'in_seed_' || n, 'object', 'invoice',
+                    'customer', 'cus_' || (n % :customers), 'amount_paid', 1999,
+                    'amount_due', 1999, 'currency', 'usd',
+                    'customer_email', 'buyer@example.com')))
+            FROM generate_series(1, :count) AS n
+        """), {"count": count, "customers": CUSTOMERS})
+        conn.execute(sa.text("""
+            INSERT INTO jobs (provider, event_id, event_type)
+            SELECT 'stripe', 'evt_seed_' || n, 'invoice.paid' FROM generate_series(1, :count) n
+        """), {"count": count})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM ANALYZE jobs, webhook_events"))
+    engine.dispose()
+
+
+def worker(target: stack.Target, plan: Plan) -> dict[str, Any]:
+    stack.reset(target)
+    seed_jobs(target, plan.worker_jobs)
+    process = stack.start("worker", ["worker", *plan.worker_args], target)
+    try:
+        _wait_ready(target.logs / "worker.log", process)
+        loadavg = stack.load_average()
+        started = time.monotonic()
+        _sweep_once(target)
+        _wait_for(target, "SELECT count(*) FROM jobs WHERE status = 'done'", plan.worker_jobs,
+                  process, timeout=600)
+        drained = time.monotonic() - started
+        _wait_for(target, "SELECT count(*) FROM outbox WHERE status = 'sent'", plan.worker_jobs,
+                  process, timeout=600)
+        emails_drained = time.monotonic() - started
+        time.sleep(1)  # let the last wake-ups settle before measuring idle
+        idle_cpu = _idle_cpu(process, plan.idle_seconds)
+    finally:
+        stack.stop(process)
+    concurrency = _worker_concurrency(plan.worker_args)
+    batch = _batch_size()
+    stack.reset(target)
+    seed_jobs(target, plan.worker_jobs)
+    transactions = max(plan.worker_jobs // (concurrency * batch), 1)
+    with tempfile.TemporaryDirectory() as folder:
+        reference = pgbench.run(target.database_url, pgbench.worker_script(batch, Path(folder)),
+                                concurrency, transactions=transactions)
+    stack.reset(target)
+    jobs_per_s = plan.worker_jobs / drained
+    reference_jobs = reference.tps * batch if reference else None
+    return {
+        "app": {"jobs": plan.worker_jobs, "seconds": round(drained, 2),
+                "jobs_per_s": round(jobs_per_s, 1),
+                "emails_sent_after_s": round(emails_drained, 2),
+                "concurrency": concurrency, "batch": batch},
+        "pgbench": {**reference.summary(per_transaction=batch), "batch": batch}
+        if reference else None,
+        "ratio": round(jobs_per_s / reference_jobs, 3) if reference_jobs else None,
+        "memory": process.memory_report(), "idle_cpu_percent": idle_cpu,
+        "load_average": loadavg,
+    }
+
+
+def _batch_size() -> int:
+    from worker import actors
+
+    return int(actors.JOB_BATCH_SIZE)
+
+
+def _worker_concurrency(args: tuple[str, ...]) -> int:
+    """processes × threads of `webhooks worker ARGS` (its defaults otherwise)."""
+    from shared.cli import worker as command
+
+    defaults = {p.name: p.default for p in command.params}
+    values = {"processes": int(str(defaults["processes"])), "threads": int(str(defaults["threads"]))}
+    for flag, value in zip(args[::2], args[1::2], strict=False):
+        values[flag.lstrip("-")] = int(value)
+    return values["processes"] * values["threads"]
+
+
+def _sweep_once(target: stack.Target) -> None:
+    """What the clock does when it finds due jobs: enqueue wake-ups for them."""
+    from shared.settings import Settings
+    from worker import broker as wakeups
+    from worker import clock
+
+    settings = Settings.from_env(target.env)
+    engine = target.engine()
+    clock.sweep(engine, wakeups.create_broker(settings, url=target.broker_url))
+    engine.dispose()
+
+
+def _wait_ready(log: Path, process: stack.Process, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.popen.poll() is not None:
+            raise RuntimeError(f"worker exited: see {log}")
+        if log.exists() and "ready for action" in log.read_text(errors="replace"):
+            time.sleep(1)  # every worker process says it; give the others a moment
+            return
+        time.sleep(0.1)
+    raise TimeoutError("worker did not start")
+
+
+def _wait_for(target: stack.Target, sql: str, expected: int, process: stack.Process,
+              timeout: float) -> None:
+    engine = target.engine()
+    deadline = time.monotonic() + timeout
+    try:
+        with engine.connect() as conn:
+            while conn.execute(sa.text(sql)).scalar_one() < expected:
+                conn.rollback()
+                process.sample_memory()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{sql} did not reach {expected}")
+                time.sleep(0.05)
+    finally:
+        engine.dispose()
+
+
+def _idle_cpu(process: stack.Process, seconds: float) -> float:
+    """CPU used by the whole process tree while nothing arrives, in % of one core."""
+    before = process.cpu_seconds()
+    time.sleep(seconds)
+    return round((process.cpu_seconds() - before) / seconds * 100, 2)
+
+
+def _scalar(target: stack.Target, sql: str) -> Any:
+    engine = target.engine()
+    with engine.connect() as conn:
+        value = conn.execute(sa.text(sql)).scalar_one()
+    engine.dispose()
+    return value
+
+
+# --- end to end -----------------------------------------------------------------------
+
+
+class DonePoller:
+    """Watches jobs become `done`, recording when each event was first seen applied.
+
+    Polls every `interval` s from the lowest job id not yet done, so each query reads only
+    the jobs in flight; the time seen is late by at most one interval plus a query."""
+
+    def __init__(self, target: stack.Target, interval: float = 0.005) -> None:
+        self.engine = target.engine()
+        self.interval = interval
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DonePoller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.engine.dispose()
+
+    def _run(self) -> None:
+        low = 0
+        query = sa.text("SELECT id, event_id, status FROM jobs WHERE id >= :low ORDER BY id")
+        with self.engine.connect() as conn:
+            while not self._stop.is_set():
+                rows = conn.execute(query, {"low": low}).all()
+                conn.rollback()
+                now = time.time()
+                pending = [row.id for row in rows if row.status != "done"]
+                for row in rows:
+                    if row.status == "done" and row.event_id not in self.seen:
+                        self.seen[row.event_id] = now
+                low = min(pending) if pending else (rows[-1].id + 1 if rows else low)
+                time.sleep(self.interval)
+
+    def wait_for(self, event_ids: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(e not in self.seen for e in event_ids):
+            time.sleep(0.05)
+
+
+def end_to_end(target: stack.Target, plan: Plan) -> dict[str, Any]:
+    stack.reset(target)
+    rows: dict[str, Any] = {}
+    worker_process = stack.start("worker-e2e", ["worker", *plan.worker_args], target)
+    try:
+        _wait_ready(target.logs / "worker-e2e.log", worker_process)
+        with _web(target, plan, name="web-e2e") as (base, web), DonePoller(target) as poller:
+            load.open_loop(base, 100, plan.warmup_seconds, stack.STRIPE_SECRET)
+            for rate in plan.rates:
+                loadavg = stack.load_average()
+                sent, errors = load.open_loop(base, rate, plan.e2e_seconds, stack.STRIPE_SECRET)
+                poller.wait_for([s.event_id for s in sent], timeout=60)
+                delays = [(poller.seen[s.event_id] - s.acked_at) * 1000 for s in sent
+                          if s.event_id in poller.seen]
+                rows[str(rate)] = {
+                    "rate": rate, "acked": len(sent), "errors": errors,
+                    "achieved_rate": round(len(sent) / plan.e2e_seconds, 1),
+                    "not_applied": len(sent) - len(delays),
+                    "ack": load.describe([s.latency_ms for s in sent]),
+                    "delay": load.describe(delays), "load_average": loadavg,
+                }
+            web.sample_memory()
+    finally:
+        stack.stop(worker_process)
+    stack.reset(target)
+    return {"rates": rows, "memory": web.memory_report() + worker_process.memory_report(),
+            "poll_interval_ms": 5}
+

