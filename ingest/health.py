@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
-from shared import metrics
+from shared import metrics, queries
 
 blueprint = Blueprint("health", __name__)
 
@@ -27,5 +27,19 @@ def readyz() -> tuple[Response, int]:
 
 @blueprint.get("/metrics")
 def metrics_text() -> Response:
+    _refresh_queue_depth()
     body, content_type = metrics.render()
     return Response(body, content_type=content_type)
+
+
+def _refresh_queue_depth() -> None:
+    """Queue depth is read from the tables (the truth) at scrape time; both counts use the
+    partial indexes on pending rows."""
+    try:
+        with current_app.extensions["engine"].connect() as conn:
+            jobs = conn.execute(queries.JobCountDue).scalar_one()
+            emails = conn.execute(queries.OutboxCountDue).scalar_one()
+    except sa.exc.SQLAlchemyError:
+        return
+    metrics.queue_depth.labels("jobs").set(jobs)
+    metrics.queue_depth.labels("outbox").set(emails)

@@ -48,5 +48,6 @@ def serve(settings: Settings, workers: int, threads: int, host: str = "0.0.0.0")
         "accesslog": None,
         "child_exit": _child_exit,
         "preload_app": False,
+        "control_socket_disable": True,  # several web processes may share a host
     }
     IngestServer(settings, options).run()

@@ -95,6 +95,7 @@ def worker(processes: int, threads: int) -> None:
     """Dramatiq workers: job processing and outbox dispatch."""
     _resolve_embedded(load_settings())
     _metrics_dir("worker")
+    _serve_worker_metrics()
     from dramatiq.cli import main as dramatiq_main
 
     # How long an idle consumer waits between polls of the broker (ms): short enough for
@@ -103,6 +104,23 @@ def worker(processes: int, threads: int) -> None:
     sys.argv = ["dramatiq", "worker.actors", "--processes", str(processes),
                 "--threads", str(threads), "--worker-shutdown-timeout", "30000"]
     sys.exit(dramatiq_main())
+
+
+def _serve_worker_metrics() -> None:
+    """/metrics for the worker processes (aggregated over them) on $WORKER_METRICS_PORT
+    (default 9191; 0 disables). A port already taken, by another worker on the same host,
+    is logged and skipped: that worker's /metrics already serves this host."""
+    port = int(os.environ.get("WORKER_METRICS_PORT", "9191") or 0)
+    if not port:
+        return
+    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    try:
+        start_http_server(port, registry=registry)
+    except OSError as error:
+        click.echo(f"webhooks: worker metrics not served on port {port}: {error}", err=True)
 
 
 @main.command()

@@ -57,7 +57,7 @@ def create_broker(settings: Settings, url: str | None = None) -> dramatiq.Broker
         import redis
 
         pool = redis.ConnectionPool.from_url(
-            url, socket_timeout=10, socket_connect_timeout=2, health_check_interval=30
+            url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=30
         )
         client = redis.Redis(connection_pool=pool)
         broker = RedisBroker(client=client, middleware=middleware)

@@ -44,10 +44,10 @@ log = logging.getLogger(__name__)
 
 # A claimed row is hidden from other dispatchers this long: far beyond the HTTP client's
 # timeout, so it only runs out when the dispatcher died.
-LEASE_SECONDS = 120.0
+LEASE_SECONDS = 45.0
 # No call to Postmark starts later than this after the claim, so every call ends (at the
 # client's timeout at worst) well inside the lease. Rows not reached are given back.
-SEND_DEADLINE_SECONDS = 60.0
+SEND_DEADLINE_SECONDS = 20.0
 MIN_RETRY_SECONDS = 1.0
 MAX_ERROR_LENGTH = 2000
 
