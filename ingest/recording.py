@@ -39,16 +39,15 @@ def record_delivery(engine: Engine, provider: str, delivery: Delivery, body: byt
 def _record(engine: Engine, provider: str, delivery: Delivery, body: bytes) -> Recorded:
     key = {"provider": provider, "event_id": delivery.event_id}
     try:
-        with db.transaction(engine) as conn:
-            inserted = conn.execute(
-                queries.EventInsert,
+        # One statement in autocommit is one transaction, committed before execute returns.
+        with db.autocommit(engine) as conn:
+            job = conn.execute(
+                queries.EventJobInsert,
                 {**key, "event_type": delivery.event_type, "payload": body.decode("utf-8")},
             ).first()
-            if inserted is not None:
-                job = conn.execute(
-                    queries.JobInsert, {**key, "event_type": delivery.event_type}
-                ).one()
-                return Recorded(job_id=job.id, duplicate=False, status=job.status)
+        if job is not None:
+            return Recorded(job_id=job.id, duplicate=False, status=job.status)
+        with db.transaction(engine) as conn:
             conn.execute(queries.DuplicateInsert, key)
             existing = conn.execute(queries.JobStatusByEvent, key).first()
     except (sa.exc.DataError, UnicodeDecodeError):

@@ -81,6 +81,23 @@ def transaction(engine: Engine) -> Iterator[Connection]:
         with engine.begin() as conn:
             yield conn
     except sa.exc.SQLAlchemyError as error:
-        if is_unavailable(error):
-            raise DatabaseUnavailable(str(error).splitlines()[0]) from error
+        _translate(error)
         raise
+
+
+@contextmanager
+def autocommit(engine: Engine) -> Iterator[Connection]:
+    """A connection on which each statement is its own transaction: execute() returns only
+    after the server committed it, without the BEGIN and COMMIT round trips. For single
+    statements that must commit as a whole (the ingest's event + job)."""
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            yield conn
+    except sa.exc.SQLAlchemyError as error:
+        _translate(error)
+        raise
+
+
+def _translate(error: sa.exc.SQLAlchemyError) -> None:
+    if is_unavailable(error):
+        raise DatabaseUnavailable(str(error).splitlines()[0]) from error

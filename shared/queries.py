@@ -17,19 +17,20 @@ from sqlalchemy import text
 
 # --- ingest -------------------------------------------------------------------------
 
+# The event and its job in ONE statement, hence one transaction and one round trip (run in
+# autocommit, the statement is the transaction: it returns only once committed).
 # ON CONFLICT DO NOTHING: a concurrent insert of the same (provider, event_id) waits for
-# the other transaction and then returns no row, so exactly one delivery creates the event.
-EventInsert = text("""
-    INSERT INTO webhook_events (provider, event_id, event_type, payload)
-    VALUES (:provider, :event_id, :event_type, CAST(:payload AS jsonb))
-    ON CONFLICT (provider, event_id) DO NOTHING
-    RETURNING id
-""")
-
-# Inserted in the same transaction as EventInsert, only when that returned a row.
-JobInsert = text("""
+# the other transaction and then inserts nothing, so exactly one delivery creates the event;
+# the job is inserted only from the event row this statement inserted. No row: a duplicate.
+EventJobInsert = text("""
+    WITH event AS (
+        INSERT INTO webhook_events (provider, event_id, event_type, payload)
+        VALUES (:provider, :event_id, :event_type, CAST(:payload AS jsonb))
+        ON CONFLICT (provider, event_id) DO NOTHING
+        RETURNING provider, event_id, event_type
+    )
     INSERT INTO jobs (provider, event_id, event_type)
-    VALUES (:provider, :event_id, :event_type)
+    SELECT provider, event_id, event_type FROM event
     RETURNING id, status
 """)
 

@@ -96,6 +96,8 @@ def engine(database_url: str) -> Iterator[Engine]:
 @pytest.fixture()
 def clean_db(engine: Engine) -> Engine:
     with engine.begin() as conn:
+        # A connection a test forgot open would block TRUNCATE forever: fail loudly instead.
+        conn.execute(sa.text("SET LOCAL lock_timeout = '20s'"))
         conn.execute(sa.text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
     return engine
 

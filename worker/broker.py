@@ -103,6 +103,18 @@ def wake_outbox(broker: dramatiq.Broker, count: int = 1) -> bool:
     return True
 
 
+def queued(broker: dramatiq.Broker, queue: str) -> int | None:
+    """Messages waiting in a queue, or None if unknown (the broker is unreachable)."""
+    try:
+        if isinstance(broker, RedisBroker):
+            return int(broker.client.llen(f"{broker.namespace}:{queue}"))
+        if isinstance(broker, RabbitmqBroker):
+            return int(broker.get_queue_message_counts(queue)[0])
+    except Exception as error:
+        log.debug("queue length unknown: %s", _one_line(error))
+    return None
+
+
 def _one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"

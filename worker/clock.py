@@ -52,15 +52,23 @@ def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
     metrics.queue_depth.labels("outbox").set(due_emails)
     woken = True
     if due_jobs:
-        count = min(math.ceil(due_jobs / JOB_WAKEUP_BATCH), MAX_WAKEUPS_PER_SWEEP)
+        count = _missing(broker, wakeups.JOBS_QUEUE, due_jobs, JOB_WAKEUP_BATCH)
         woken &= wakeups.wake_jobs(broker, [0] * count)
     if due_emails:
-        count = min(math.ceil(due_emails / OUTBOX_WAKEUP_BATCH), MAX_WAKEUPS_PER_SWEEP)
+        count = _missing(broker, wakeups.OUTBOX_QUEUE, due_emails, OUTBOX_WAKEUP_BATCH)
         woken &= wakeups.wake_outbox(broker, count)
     if due_jobs or due_emails:
         log.info("sweep woke workers",
                  extra={"due_jobs": due_jobs, "due_emails": due_emails, "enqueued": woken})
     return SweepResult(due_jobs, due_emails, woken)
+
+
+def _missing(broker: dramatiq.Broker, queue: str, due: int, batch: int) -> int:
+    """Wake-ups to add: enough for the due rows, less those already waiting in the queue,
+    so a long broker-side backlog (workers down for hours) does not grow every sweep."""
+    needed = math.ceil(due / batch)
+    waiting = wakeups.queued(broker, queue) or 0
+    return max(min(needed - waiting, MAX_WAKEUPS_PER_SWEEP), 0)
 
 
 def prune(engine: Engine, days: int) -> int | None:

@@ -5,10 +5,16 @@
     pending --(error, attempts exhausted; or PermanentJobError)--> failed
     failed  --(webhooks replay)--> pending
 
-One transaction per batch, one savepoint per job: the claim's row locks (FOR UPDATE SKIP
-LOCKED), every job's business writes and its `done` mark commit together. A worker killed
-at any moment leaves an open transaction that Postgres rolls back: the locks drop, the
-jobs are still pending, and the next claim takes them.
+One transaction per job: the claim's row lock (FOR UPDATE SKIP LOCKED), the job's business
+writes and its `done` mark commit together; a savepoint around the handler lets a failed
+attempt be recorded in the same transaction. A worker killed at any moment leaves an open
+transaction that Postgres rolls back: the lock drops, the job is still pending, and the
+next claim takes it.
+
+Not one transaction per batch of jobs: such a transaction holds the account locks of every
+job in it until it commits, and two batches that reach two customers in opposite orders
+deadlock (Postgres breaks that only after deadlock_timeout, a second, and a backlog drain
+then crawls). A job's transaction holds its own business rows only.
 """
 
 from __future__ import annotations
@@ -56,14 +62,20 @@ def retry_delay(attempts: int, base: float, rng: random.Random | None = None) ->
 def process_batch(
     engine: Engine, settings: Settings, *, job_id: int | None = None, limit: int = 10
 ) -> BatchResult:
-    """Claim up to `limit` due jobs (or just `job_id`) and apply them in one transaction."""
-    with db.transaction(engine) as conn:
-        if job_id is not None:
-            rows = conn.execute(queries.JobClaimById, {"id": job_id}).all()
-        else:
-            rows = conn.execute(queries.JobClaimDue, {"limit": limit}).all()
-        result = BatchResult(claimed=len(rows))
-        for row in rows:
+    """Claim and apply up to `limit` due jobs (or just `job_id`), each in its own
+    transaction and at most once per call; stops early when none is due."""
+    result = BatchResult()
+    seen: set[int] = set()
+    for _ in range(1 if job_id is not None else limit):
+        with db.transaction(engine) as conn:
+            if job_id is not None:
+                row = conn.execute(queries.JobClaimById, {"id": job_id}).first()
+            else:
+                row = conn.execute(queries.JobClaimDue, {"limit": 1}).first()
+            if row is None or row.id in seen:  # seen: retried with no delay, due again
+                break
+            seen.add(row.id)
+            result.claimed += 1
             _apply(conn, settings, row, result)
     _observe(result)
     return result

@@ -96,7 +96,8 @@ def test_prune_keeps_pending_and_failed_work_and_recent_events(
     old_done = [job("done", 40) for _ in range(5)]
     kept = [job("pending", 40), job("failed", 40), job("done", 3)]
     assert retention.prune(clean_db, days=30, batch_size=2) == 5
-    remaining = {row[0] for row in clean_db.connect().execute(sa.text("SELECT id FROM jobs"))}
+    with clean_db.connect() as conn:
+        remaining = {row[0] for row in conn.execute(sa.text("SELECT id FROM jobs"))}
     assert remaining == set(kept) and not remaining & set(old_done)
     assert scalar(clean_db, "SELECT count(*) FROM webhook_events") == 3
 
