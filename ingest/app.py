@@ -30,7 +30,9 @@ class LazyBroker:
 def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or Settings.from_env()
     app = Flask(__name__)
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    # One byte over the limit: werkzeug caps a streamed (chunked) body at this, and
+    # webhooks._read_body must be able to read limit + 1 bytes to tell "over" from "at".
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
     app.extensions["settings"] = settings
     app.extensions["engine"] = db.create_engine(settings, pool_size=4)
     app.extensions["broker"] = LazyBroker(settings)

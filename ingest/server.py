@@ -36,6 +36,20 @@ def _child_exit(server: Any, worker: Any) -> None:
         multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
+def _close_when_oversized(limit: int) -> Any:
+    """A body over the limit is refused (413) from its Content-Length, unread. gunicorn
+    drains at most 64 kB of an unread body before reusing the connection and otherwise
+    drops it, after a 413 that said `Connection: keep-alive`: a client that reuses it
+    loses its next request. Mark such a request's connection to close, and say so."""
+
+    def pre_request(worker: Any, req: Any) -> None:
+        for name, value in req.headers:
+            if name == "CONTENT-LENGTH" and value.isdigit() and int(value) > limit:
+                req.force_close()
+
+    return pre_request
+
+
 def serve(settings: Settings, workers: int, threads: int, host: str = "0.0.0.0") -> None:  # noqa: S104
     options = {
         "bind": f"{host}:{settings.port}",
@@ -47,6 +61,7 @@ def serve(settings: Settings, workers: int, threads: int, host: str = "0.0.0.0")
         "graceful_timeout": 10,
         "accesslog": None,
         "child_exit": _child_exit,
+        "pre_request": _close_when_oversized(settings.max_body_bytes),
         "preload_app": False,
         "control_socket_disable": True,  # several web processes may share a host
     }

@@ -73,11 +73,20 @@ def _verified_delivery(provider: str) -> Delivery:
 
 def _read_body(limit: int) -> bytes:
     """The body, refusing anything over limit: from Content-Length without reading, and
-    for a chunked body by reading at most limit + 1 bytes."""
+    for a chunked body by reading at most limit + 1 bytes. One read() may return less than
+    asked (a chunk), so read until limit + 1 bytes or the end."""
     length = request.content_length
     if length is not None and length > limit:
         raise PayloadTooLarge(f"body over {limit} bytes")
-    body = request.stream.read(limit + 1)
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = request.stream.read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    body = b"".join(chunks)
     if len(body) > limit:
         raise PayloadTooLarge(f"body over {limit} bytes")
     request.environ["webhooks.body"] = body

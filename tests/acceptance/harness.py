@@ -14,11 +14,13 @@ Used by tests/acceptance/conftest.py and by `python -m tests.acceptance.soak`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import json
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -79,9 +81,9 @@ def tail(path: Path, lines: int = 40) -> str:
 
 def postgres_bindir() -> Path:
     """The machine's PostgreSQL binaries, else those the pgserver package ships."""
-    forced = os.environ.get("WEBHOOKS_TEST_PG_BINDIR")
+    forced = os.environ.get("WEBHOOKS_TEST_PG_BINDIR")  # a folder, or "pgserver"
     if forced:
-        return Path(forced)
+        return _pgserver_bindir() if forced == "pgserver" else Path(forced)
     found = shutil.which("pg_ctl")
     if found and (Path(found).resolve().parent / "initdb").exists():
         return Path(found).resolve().parent
@@ -161,10 +163,11 @@ class PrivatePostgres:
         admin.dispose()
 
     def start(self) -> None:
-        # Durability settings off: an outage here is a process stop, never a machine crash.
+        # fsync off: an outage here stops the server, never the machine, so what reached
+        # the OS survives. synchronous_commit stays on: with it off, an immediate stop
+        # loses commits already answered (and a 200 already sent).
         options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} "
-                   "-c max_connections=300 -c fsync=off -c synchronous_commit=off "
-                   "-c full_page_writes=off")
+                   "-c max_connections=300 -c fsync=off -c full_page_writes=off")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options,
                   "-w", "-t", "60", "start")
 
@@ -246,6 +249,13 @@ def procfile(root: Path = ROOT) -> dict[str, str]:
     return entries
 
 
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
 def _group_members(pgid: int) -> dict[int, int]:
     """pid -> parent pid of every live process in the process group."""
     members = {}
@@ -278,9 +288,10 @@ class Service:
     def start(self) -> None:
         with self.log.open("ab") as handle:
             handle.write(f"\n==== start {self.name}: {self.command}\n".encode())
-            self.process = subprocess.Popen(self.command, shell=True, cwd=ROOT, env=self.env,
-                                            stdout=handle, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            # A Procfile entry is a shell command: run it with a shell, as platforms do.
+            self.process = subprocess.Popen(self.command, shell=True,  # noqa: S602
+                                            cwd=ROOT, env=self.env, stdout=handle,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -294,19 +305,26 @@ class Service:
         """kill -9 of the whole process group: the shell, the app and its children."""
         self.signal_group(signal.SIGKILL)
 
-    def kill_one_child(self) -> int | None:
-        """kill -9 of one leaf process (a Dramatiq worker process); its pid."""
+    def children(self) -> list[int]:
+        """The processes the app started (Dramatiq's worker processes), once it has."""
         if self.process is None:
+            return []
+        leader = self.process.pid
+        members = _group_members(leader)
+        app = leader
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{leader}/comm").read_text().strip() in ("sh", "dash", "bash"):
+                app = next((pid for pid, parent in members.items() if parent == leader), 0)
+        return sorted(pid for pid, parent in members.items() if parent == app)
+
+    def kill_one_child(self) -> int | None:
+        """kill -9 of one of the app's child processes (a Dramatiq worker process)."""
+        children = self.children()
+        if not children:
             return None
-        members = _group_members(self.process.pid)
-        leaves = [pid for pid in members
-                  if pid != self.process.pid and pid not in members.values()]
-        if not leaves:
-            return None
-        victim = sorted(leaves)[0]
         with contextlib.suppress(ProcessLookupError):
-            os.kill(victim, signal.SIGKILL)
-        return victim
+            os.kill(children[0], signal.SIGKILL)
+        return children[0]
 
     def stop(self, timeout: float = 40) -> None:
         if not self.alive():
@@ -364,6 +382,7 @@ class System:
         self.services: list[Service] = []
         self.supervisor: Supervisor | None = None
         self.engine: Engine | None = None
+        self.stopped = False
 
     # --- start and stop ---
 
@@ -386,6 +405,11 @@ class System:
             "JOB_RETRY_BASE_SECONDS": "0.2",
             "MAX_BODY_BYTES": "65536",
             "WEBHOOKS_DATA_DIR": str(self.dir / "data"),
+            # World.slow_credit's handler, which holds its transaction open this long.
+            "WEBHOOK_HANDLERS": "tests.handlers_for_tests",
+            "TEST_HANDLER_SLEEP": "0.2",
+            "PYTHONPATH": str(ROOT),
+            "WORKER_METRICS_PORT": "0",  # not the machine's shared default port
             **self.extra_env,
         }
 
@@ -394,6 +418,7 @@ class System:
         return f"http://127.0.0.1:{self.web_port}"
 
     def start(self) -> System:
+        atexit.register(self.stop)  # a run cut short leaves no server behind
         self.postgres.create()
         self.redis.start()
         self._start_postmark()
@@ -416,8 +441,8 @@ class System:
         return self
 
     def release(self, command: str, env: dict[str, str]) -> None:
-        result = subprocess.run(command, shell=True, cwd=ROOT, env=env, capture_output=True,
-                                text=True, timeout=120)
+        result = subprocess.run(command, shell=True, cwd=ROOT, env=env,  # noqa: S602
+                                capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
             raise RuntimeError(f"release exited {result.returncode}: {result.stderr[-2000:]}")
 
@@ -436,6 +461,9 @@ class System:
                  timeout, "web /readyz")
 
     def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
         if self.supervisor is not None:
             self.supervisor.stopping.set()
             self.supervisor.join(5)
@@ -475,6 +503,51 @@ class System:
             for service in services:
                 service.start()
                 service.held = False
+
+    def workers_in_transaction(self) -> list[tuple[Service, int]]:
+        """(worker, pid of its process) for every job transaction open right now in a
+        test handler's pg_sleep: Postgres names each backend's client port, and
+        /proc/net/tcp and /proc/PID/fd tell which process holds that socket."""
+        ports = {int(r.client_port) for r in self.rows(
+            "SELECT client_port FROM pg_stat_activity WHERE state = 'active' "
+            "AND query LIKE 'SELECT pg_sleep%' AND client_port IS NOT NULL")}
+        if not ports:
+            return []
+        inodes = set()
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) in ports:
+                inodes.add(f"socket:[{fields[9]}]")
+        found = []
+        for worker in self.workers:
+            for pid in worker.children():
+                with contextlib.suppress(OSError):
+                    fds = os.listdir(f"/proc/{pid}/fd")
+                    if any(_readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in fds):
+                        found.append((worker, pid))
+        return found
+
+    def kill_a_worker(self, rng: random.Random, whole_group: bool) -> tuple[str, bool] | None:
+        """kill -9 a worker's whole process group, or one of its Dramatiq worker processes;
+        mostly one inside a job transaction right now. (what was killed, mid-job), or None
+        when no worker is up."""
+        inside = self.workers_in_transaction()
+        if inside and rng.random() < 0.75:
+            victim, pid = rng.choice(inside)
+        else:
+            booted = [w for w in self.workers if w.children()]
+            if not booted:
+                return None
+            victim = rng.choice(booted)
+            pid = rng.choice(victim.children())
+        if whole_group:
+            victim.kill()
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        mid = any(w is victim and (whole_group or p == pid) for w, p in inside)
+        what = f"{victim.name} group" if whole_group else f"{victim.name} process {pid}"
+        return what + (" mid-job" if mid else ""), mid
 
     def exits(self) -> dict[str, list[int]]:
         return {s.name: list(s.exits) for s in self.services if s.exits}

@@ -3,7 +3,8 @@
 Each sender is a `spawn`ed process with its own HTTP client. All senders start together
 once every one of them is up; each signs every delivery just before sending it (fresh
 timestamps), optionally at a scheduled offset from that common start, so that many
-processes hit the same event at the same instant, and reports one Answer per delivery. Light on purpose: only the standard library, requests and the signing module.
+processes hit the same event at the same instant, and reports one Answer per delivery.
+Light on purpose: only the standard library, requests and the signing module.
 """
 
 from __future__ import annotations

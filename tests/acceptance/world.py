@@ -6,10 +6,12 @@ Light on purpose (standard library only): sender processes import it.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 CURRENCIES = ("usd", "eur", "jpy")
@@ -126,12 +128,22 @@ class World:
         self.emails[f"payment_failed:{event.event_id}"] = f"{customer}@example.com"
         return [event]
 
+    def slow_credit(self) -> list[Event]:
+        """tests/handlers_for_tests.py's event: +100 usd with no business key, then the
+        transaction held open for TEST_HANDLER_SLEEP. Only the job's own exactly-once
+        stands between it and a double credit: a second run would show in the balance."""
+        customer = self.customer()
+        event = self._stripe("test.slow_credit", {"customer": customer})
+        self.balances[(customer, "usd")] += 100
+        return [event]
+
     def unhandled_stripe(self) -> list[Event]:
         return [self._stripe("customer.updated", {"id": self.customer(), "object": "customer"})]
 
     def other_provider(self, provider: str) -> list[Event]:
         """An event of another provider: recorded and completed, with no effect."""
         event_id = str(uuid.uuid4())
+        body: dict[str, object]
         if provider == "paddle":
             event_type = "transaction.completed"
             body = {"event_id": "evt_" + event_id, "event_type": event_type, "data": {}}
@@ -154,11 +166,12 @@ class World:
 
     def mixed(self, count: int) -> None:
         """About `count` events of every kind, in the proportions of a billing system."""
-        makers = [(self.invoice, 40), (lambda: self.invoice(both_types=False), 6),
-                  (lambda: self.invoice(email=False), 6), (self.refunds_of_charge, 6),
-                  (self.subscription_history, 6), (self.payment_failed, 8),
-                  (self.unhandled_stripe, 4)]
-        makers += [(lambda p=p: self.other_provider(p), 4)
+        makers: list[tuple[Callable[[], list[Event]], int]] = [
+            (self.invoice, 40), (lambda: self.invoice(both_types=False), 6),
+            (lambda: self.invoice(email=False), 6), (self.refunds_of_charge, 6),
+            (self.subscription_history, 6), (self.payment_failed, 8),
+            (self.unhandled_stripe, 4)]
+        makers += [(functools.partial(self.other_provider, p), 4)
                    for p in ("paddle", "shopify", "github", "slack", "standard")]
         functions, weights = zip(*makers, strict=True)
         while len(self.events) < count:
