@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     name = "webhooks_bench_smoke" if args.smoke else "webhooks_bench"
     print(f"benchmarks: {', '.join(chosen)}; database {name}; process logs in {logs}; "
           f"load average {stack.load_average()} on {os.cpu_count()} cores", flush=True)
-    target = stack.prepare(args.admin_url, name, args.broker_url, logs)
+    target = stack.prepare(args.admin_url, name, args.broker_url, logs, Path(args.code))
     results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                "smoke": args.smoke, "cores": os.cpu_count(),
                                "load_average_start": stack.load_average(), "targets": TARGETS}
@@ -89,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--tag", default="latest", help="results file name prefix")
     parser.add_argument("--keep-database", action="store_true")
+    parser.add_argument("--code", default=str(stack.ROOT),
+                        help="measure the processes of another checkout (a before/after run)")
     return parser
 
 

@@ -82,7 +82,7 @@ def _wrk(base: str, connections: int, seconds: float, secret: str) -> LoadResult
                     _, body, headers = signed_delivery(f"{run}{thread}", n, secret)
                     lines.write(f"{headers['Stripe-Signature']}\t{body.decode()}\n")
         out = subprocess.run(
-            ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds}s",
+            ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(seconds))}s",
              "--timeout", "10s", "-s", str(HERE / "wrk_ingest.lua"), base, "--", prefix],
             capture_output=True, text=True, timeout=seconds + 60, check=True,
         ).stdout

@@ -96,7 +96,7 @@ def _processed_time(report: str) -> float | None:
 
 
 def worker_script(batch: int, folder: Path) -> Path:
-    """worker.sql's per-job block repeated `batch` times in one transaction."""
+    """worker.sql's per-job block, `batch` times in one transaction."""
     block = (HERE / "worker.sql").read_text()
     path = folder / f"worker_batch{batch}.sql"
     path.write_text("BEGIN;\n" + block * batch + "COMMIT;\n")

@@ -4,25 +4,29 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 
-def print_scenario(name: str, result: Any, targets: dict[str, float]) -> None:
-    printer = {"ingest": _print_ingest, "worker": _print_worker, "e2e": _print_e2e,
-               "sweep": _print_sweep, "servers": lambda r, t: None}[name]
-    printer(result, targets)
+def print_scenario(name: str, result: Any, targets: Mapping[str, float]) -> None:
+    printers: dict[str, Callable[[Any, Mapping[str, float]], None]] = {
+        "ingest": _print_ingest, "worker": _print_worker, "e2e": _print_e2e,
+        "sweep": _print_sweep, "servers": lambda result, targets: None}
+    printers[name](result, targets)
     sys.stdout.flush()
 
 
-def _print_ingest(result: dict[str, Any], targets: dict[str, float]) -> None:
+def _print_ingest(result: dict[str, Any], targets: Mapping[str, float]) -> None:
     app, ref = result["app"], result["pgbench"]
     print(f"ingest  {app['connections']} connections, {app['seconds']} s, {app['tool']} "
           f"(load {result['load_average']})")
     print(f"  app      {app['rps']:9.1f} acked/s  p50 {app['p50_ms']:6.2f} ms  "
           f"p99 {app['p99_ms']:6.2f} ms  errors {app['errors']}  "
-          f"rows {result['rows_recorded']}")
+          f"rows {result['rows_recorded']}  web CPU {app['web_cpu_ms_per_ack']} ms/ack")
     if ref:
         print(f"  pgbench  {ref['tps']:9.1f} tx/s     p50 {ref['p50_ms']:6.2f} ms  "
               f"p99 {ref['p99_ms']:6.2f} ms  (ingest.sql, {ref['clients']} clients)")
@@ -32,15 +36,16 @@ def _print_ingest(result: dict[str, Any], targets: dict[str, float]) -> None:
     _print_memory(result["memory"])
 
 
-def _print_worker(result: dict[str, Any], targets: dict[str, float]) -> None:
+def _print_worker(result: dict[str, Any], targets: Mapping[str, float]) -> None:
     app, ref = result["app"], result["pgbench"]
     print(f"worker  {app['jobs']} invoice jobs, concurrency {app['concurrency']}, "
           f"batch {app['batch']} (load {result['load_average']})")
-    print(f"  app      {app['jobs_per_s']:9.1f} jobs/s  drained in {app['seconds']} s "
+    print(f"  app      {app['jobs_per_s']:9.1f} jobs/s  drained in {app['seconds']} s, "
+          f"worker CPU {app['worker_cpu_ms_per_job']} ms/job "
           f"(emails all sent after {app['emails_sent_after_s']} s)")
     if ref:
         print(f"  pgbench  {ref['units_per_s']:9.1f} jobs/s  ({ref['tps']} tx/s of "
-              f"{ref['batch']} jobs, p99 {ref['p99_ms']} ms, worker.sql, "
+              f"{ref['jobs_per_transaction']} job(s), p99 {ref['p99_ms']} ms, worker.sql, "
               f"{ref['clients']} clients)")
         print(f"  ratio app/pgbench {result['ratio']}")
     print(f"  target: >= {targets['worker_jobs_per_s']} jobs/s")
@@ -49,7 +54,7 @@ def _print_worker(result: dict[str, Any], targets: dict[str, float]) -> None:
     _print_memory(result["memory"])
 
 
-def _print_e2e(result: dict[str, Any], targets: dict[str, float]) -> None:
+def _print_e2e(result: dict[str, Any], targets: Mapping[str, float]) -> None:
     print("end to end: acknowledged -> applied (job done, seen by a poller every "
           f"{result['poll_interval_ms']} ms)")
     for row in result["rates"].values():
@@ -58,11 +63,13 @@ def _print_e2e(result: dict[str, Any], targets: dict[str, float]) -> None:
               f"ack p50 {row['ack']['p50_ms']} ms p99 {row['ack']['p99_ms']} ms  "
               f"errors {row['errors']} not applied {row['not_applied']} "
               f"(load {row['load_average']})")
+        print(f"         CPU per event: web {row['web_cpu_ms_per_event']} ms, "
+              f"worker {row['worker_cpu_ms_per_event']} ms")
     print(f"  target: p99 <= {targets['e2e_p99_ms_at_500']} ms at 500/s")
     _print_memory(result["memory"])
 
 
-def _print_sweep(rows: list[dict[str, Any]], targets: dict[str, float]) -> None:
+def _print_sweep(rows: list[dict[str, Any]], targets: Mapping[str, float]) -> None:
     print("  conns      rps   p50 ms   p99 ms   pgbench tps  pgbench p99")
     for row in rows:
         print(f"  {row['connections']:5d} {row['rps']:8.1f} {row['p50_ms']:8.2f} "
@@ -126,7 +133,9 @@ def _chart(rows: list[dict[str, Any]], path: Path) -> Path | None:
     handles = throughput.get_legend_handles_labels()
     more = latency.get_legend_handles_labels()
     throughput.legend(handles[0] + more[0], handles[1] + more[1], loc="upper left")
-    throughput.set_title("Ingest throughput and p99 by concurrency")
+    throughput.set_title("Ingest throughput and p99 by concurrency "
+                         f"(load average {rows[0].get('load_average', '?').split()[0]} "
+                         f"on {os.cpu_count()} cores)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -147,9 +156,10 @@ def server_candidates() -> dict[str, tuple[list[str], dict[str, str]]]:
     for workers, threads in ((2, 4), (3, 4), (2, 8), (4, 4), (4, 2)):
         candidates[f"gunicorn gthread w{workers}x{threads}"] = (
             [webhooks, "web", "--workers", str(workers), "--threads", str(threads)], {})
-    for workers, threads in ((1, 8), (2, 4), (2, 8), (3, 4), (4, 4)):
+    for workers, threads in ((1, 8), (2, 2), (2, 4), (2, 8), (3, 2), (3, 4), (4, 4)):
         candidates[f"granian wsgi w{workers}x{threads}"] = (
             [granian, "--interface", "wsgi", "--factory", "--host", "127.0.0.1",
              "--port", "$PORT", "--workers", str(workers), "--blocking-threads", str(threads),
              "--no-ws", "--log-level", "warning", "benchmarks.wsgi_candidates:app"], metrics)
-    return candidates
+    wanted = os.environ.get("BENCH_SERVERS")  # a regular expression, to run a few
+    return {k: v for k, v in candidates.items() if not wanted or re.search(wanted, k)}

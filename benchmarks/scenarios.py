@@ -4,9 +4,11 @@ Each returns plain dicts for the report."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,9 @@ from benchmarks import load, pgbench, stack
 from benchmarks.events import CUSTOMERS
 
 HERE = Path(__file__).resolve().parent
+# worker/jobs.py commits each job in its own transaction (claim, handler, done); pgbench
+# runs worker.sql's block this many times per transaction to do the same.
+JOBS_PER_TRANSACTION = 1
 
 
 @dataclass(frozen=True)
@@ -53,15 +58,17 @@ def ingest(target: stack.Target, plan: Plan) -> dict[str, Any]:
         load.closed_loop(base, plan.connections, plan.warmup_seconds, stack.STRIPE_SECRET,
                          plan.prefer_wrk)
         loadavg_before = stack.load_average()
+        cpu_before = web.cpu_seconds()
         result = load.closed_loop(base, plan.connections, plan.ingest_seconds,
                                   stack.STRIPE_SECRET, plan.prefer_wrk)
+        cpu_ms = (web.cpu_seconds() - cpu_before) * 1000 / max(result.ok, 1)
         web.sample_memory()
         idle_cpu = _idle_cpu(web, plan.idle_seconds / 2)
     recorded = _scalar(target, "SELECT count(*) FROM jobs")
     stack.reset(target)
     reference = pgbench.run(target.database_url, HERE / "ingest.sql", plan.connections,
                             seconds=plan.ingest_seconds)
-    app = result.summary()
+    app = {**result.summary(), "web_cpu_ms_per_ack": round(cpu_ms, 3)}
     return {
         "app": app, "pgbench": reference.summary() if reference else None,
         "ratio": round(result.rps / reference.tps, 3) if reference and reference.tps else None,
@@ -71,7 +78,7 @@ def ingest(target: stack.Target, plan: Plan) -> dict[str, Any]:
 
 
 def ingest_sweep(target: stack.Target, plan: Plan) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     with _web(target, plan) as (base, _):
         load.closed_loop(base, 4, plan.warmup_seconds, stack.STRIPE_SECRET, plan.prefer_wrk)
         for connections in plan.sweep:
@@ -93,7 +100,7 @@ def ingest_sweep(target: stack.Target, plan: Plan) -> list[dict[str, Any]]:
 def servers(target: stack.Target, plan: Plan,
             candidates: dict[str, tuple[list[str], dict[str, str]]]) -> list[dict[str, Any]]:
     """The ingest scenario (app side only) under each candidate server command."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, (command, env) in candidates.items():
         stack.reset(target)
         variant = Plan(**{**plan.__dict__, "web_command": tuple(command),
@@ -101,14 +108,17 @@ def servers(target: stack.Target, plan: Plan,
         with _web(target, variant, name=f"web-{name}") as (base, web):
             load.closed_loop(base, plan.connections, plan.warmup_seconds, stack.STRIPE_SECRET,
                              plan.prefer_wrk)
+            cpu_before = web.cpu_seconds()
             result = load.closed_loop(base, plan.connections, plan.ingest_seconds,
                                       stack.STRIPE_SECRET, plan.prefer_wrk)
+            cpu_ms = (web.cpu_seconds() - cpu_before) * 1000 / max(result.ok, 1)
             web.sample_memory()
         memory = web.memory_report()
-        rows.append({"server": name, **result.summary(), "load_average": stack.load_average(),
+        rows.append({"server": name, **result.summary(), "web_cpu_ms_per_ack": round(cpu_ms, 3),
+                     "load_average": stack.load_average(),
                      "rss_mb_total": round(sum(m["peak_rss_mb"] for m in memory), 1)})
         print(f"  {name:<28} {result.rps:8.0f} rps  p50 {result.p50_ms:6.2f} ms  "
-              f"p99 {result.p99_ms:6.2f} ms  errors {result.errors}  "
+              f"p99 {result.p99_ms:6.2f} ms  cpu {cpu_ms:.3f} ms/ack  errors {result.errors}  "
               f"load {stack.load_average()}", flush=True)
     stack.reset(target)
     return rows
@@ -149,11 +159,13 @@ def worker(target: stack.Target, plan: Plan) -> dict[str, Any]:
     try:
         _wait_ready(target.logs / "worker.log", process)
         loadavg = stack.load_average()
+        cpu_before = process.cpu_seconds()
         started = time.monotonic()
         _sweep_once(target)
         _wait_for(target, "SELECT count(*) FROM jobs WHERE status = 'done'", plan.worker_jobs,
                   process, timeout=600)
         drained = time.monotonic() - started
+        cpu_ms = (process.cpu_seconds() - cpu_before) * 1000 / plan.worker_jobs
         _wait_for(target, "SELECT count(*) FROM outbox WHERE status = 'sent'", plan.worker_jobs,
                   process, timeout=600)
         emails_drained = time.monotonic() - started
@@ -162,7 +174,7 @@ def worker(target: stack.Target, plan: Plan) -> dict[str, Any]:
     finally:
         stack.stop(process)
     concurrency = _worker_concurrency(plan.worker_args)
-    batch = _batch_size()
+    batch = JOBS_PER_TRANSACTION
     stack.reset(target)
     seed_jobs(target, plan.worker_jobs)
     transactions = max(plan.worker_jobs // (concurrency * batch), 1)
@@ -174,10 +186,10 @@ def worker(target: stack.Target, plan: Plan) -> dict[str, Any]:
     reference_jobs = reference.tps * batch if reference else None
     return {
         "app": {"jobs": plan.worker_jobs, "seconds": round(drained, 2),
-                "jobs_per_s": round(jobs_per_s, 1),
+                "jobs_per_s": round(jobs_per_s, 1), "worker_cpu_ms_per_job": round(cpu_ms, 3),
                 "emails_sent_after_s": round(emails_drained, 2),
-                "concurrency": concurrency, "batch": batch},
-        "pgbench": {**reference.summary(per_transaction=batch), "batch": batch}
+                "concurrency": concurrency, "batch": _batch_size(target)},
+        "pgbench": {**reference.summary(per_transaction=batch), "jobs_per_transaction": batch}
         if reference else None,
         "ratio": round(jobs_per_s / reference_jobs, 3) if reference_jobs else None,
         "memory": process.memory_report(), "idle_cpu_percent": idle_cpu,
@@ -185,18 +197,19 @@ def worker(target: stack.Target, plan: Plan) -> dict[str, Any]:
     }
 
 
-def _batch_size() -> int:
-    from worker import actors
-
-    return int(actors.JOB_BATCH_SIZE)
+def _batch_size(target: stack.Target) -> int:
+    """JOB_BATCH_SIZE of the measured checkout (read, not imported: it may be another)."""
+    text = (target.code / "worker" / "actors.py").read_text()
+    match = re.search(r"^JOB_BATCH_SIZE = (\d+)", text, re.MULTILINE)
+    return int(match.group(1)) if match else 0
 
 
 def _worker_concurrency(args: tuple[str, ...]) -> int:
-    """processes × threads of `webhooks worker ARGS` (its defaults otherwise)."""
+    """processes * threads of `webhooks worker ARGS` (its defaults otherwise)."""
     from shared.cli import worker as command
 
     defaults = {p.name: p.default for p in command.params}
-    values = {"processes": int(str(defaults["processes"])), "threads": int(str(defaults["threads"]))}
+    values = {name: int(str(defaults[name])) for name in ("processes", "threads")}
     for flag, value in zip(args[::2], args[1::2], strict=False):
         values[flag.lstrip("-")] = int(value)
     return values["processes"] * values["threads"]
@@ -214,7 +227,7 @@ def _sweep_once(target: stack.Target) -> None:
     engine.dispose()
 
 
-def _wait_ready(log: Path, process: stack.Process, timeout: float = 60) -> None:
+def _wait_ready(log: Path, process: stack.Process, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.popen.poll() is not None:
@@ -284,18 +297,32 @@ class DonePoller:
 
     def _run(self) -> None:
         low = 0
+        gaps: dict[int, float] = {}  # ids not visible yet (inserts in flight): since when
         query = sa.text("SELECT id, event_id, status FROM jobs WHERE id >= :low ORDER BY id")
         with self.engine.connect() as conn:
             while not self._stop.is_set():
                 rows = conn.execute(query, {"low": low}).all()
                 conn.rollback()
                 now = time.time()
-                pending = [row.id for row in rows if row.status != "done"]
                 for row in rows:
                     if row.status == "done" and row.event_id not in self.seen:
                         self.seen[row.event_id] = now
-                low = min(pending) if pending else (rows[-1].id + 1 if rows else low)
+                low = self._next_low(low, rows, gaps, now)
                 time.sleep(self.interval)
+
+    @staticmethod
+    def _next_low(low: int, rows: Sequence[Any], gaps: dict[int, float], now: float) -> int:
+        """The lowest id that may still become done: a pending job, or an id below the
+        highest one seen that is not visible yet (a transaction that commits later; an id
+        missing for 5 s was rolled back)."""
+        if not rows:
+            return low
+        present = {row.id for row in rows}
+        waiting = [row.id for row in rows if row.status == "pending"]
+        for missing in set(range(low, rows[-1].id)) - present:
+            if now - gaps.setdefault(missing, now) < 5:
+                waiting.append(missing)
+        return min(waiting) if waiting else rows[-1].id + 1
 
     def wait_for(self, event_ids: list[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -313,8 +340,13 @@ def end_to_end(target: stack.Target, plan: Plan) -> dict[str, Any]:
             load.open_loop(base, 100, plan.warmup_seconds, stack.STRIPE_SECRET)
             for rate in plan.rates:
                 loadavg = stack.load_average()
+                cpu_web, cpu_worker = web.cpu_seconds(), worker_process.cpu_seconds()
                 sent, errors = load.open_loop(base, rate, plan.e2e_seconds, stack.STRIPE_SECRET)
                 poller.wait_for([s.event_id for s in sent], timeout=60)
+                per_event = 1000 / max(len(sent), 1)
+                cpu = {"web_cpu_ms_per_event": round((web.cpu_seconds() - cpu_web) * per_event, 3),
+                       "worker_cpu_ms_per_event":
+                       round((worker_process.cpu_seconds() - cpu_worker) * per_event, 3)}
                 delays = [(poller.seen[s.event_id] - s.acked_at) * 1000 for s in sent
                           if s.event_id in poller.seen]
                 rows[str(rate)] = {
@@ -322,7 +354,7 @@ def end_to_end(target: stack.Target, plan: Plan) -> dict[str, Any]:
                     "achieved_rate": round(len(sent) / plan.e2e_seconds, 1),
                     "not_applied": len(sent) - len(delays),
                     "ack": load.describe([s.latency_ms for s in sent]),
-                    "delay": load.describe(delays), "load_average": loadavg,
+                    "delay": load.describe(delays), "load_average": loadavg, **cpu,
                 }
             web.sample_memory()
     finally:

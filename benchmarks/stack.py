@@ -33,6 +33,7 @@ class Target:
     database_url: str  # postgresql://... of the private benchmark database
     broker_url: str
     logs: Path
+    code: Path = ROOT  # the checkout whose processes are measured (another one: before/after)
 
     @property
     def env(self) -> dict[str, str]:
@@ -45,7 +46,8 @@ class Target:
         return sa.create_engine(sqlalchemy_url(self.database_url), pool_size=2)
 
 
-def prepare(admin_url: str, name: str, broker_url: str, logs: Path) -> Target:
+def prepare(admin_url: str, name: str, broker_url: str, logs: Path,
+            code: Path = ROOT) -> Target:
     """(Re)create database `name` next to admin_url's, migrate it, empty the broker db."""
     from shared.db import sqlalchemy_url
 
@@ -56,12 +58,12 @@ def prepare(admin_url: str, name: str, broker_url: str, logs: Path) -> Target:
     admin.dispose()
     url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     logs.mkdir(parents=True, exist_ok=True)
-    target = Target(url, broker_url, logs)
+    target = Target(url, broker_url, logs, code.resolve())
     # Anything this process imports from the project (worker.actors, the clock's sweep)
     # reads Settings from the environment: point it at the benchmark's, never the embedded.
     os.environ.update(target.env)
-    result = subprocess.run(_command("migrate"), env={**os.environ, **target.env}, cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(_command(target, "migrate"), env={**os.environ, **target.env},
+                            cwd=target.code, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise RuntimeError(f"migrate failed: {result.stderr.strip()}")
     flush_broker(broker_url)
@@ -90,8 +92,11 @@ def free_port() -> int:
         return port
 
 
-def _command(*args: str) -> list[str]:
-    """`webhooks ARGS` as the Procfile runs it (the console script next to this Python)."""
+def _command(target: Target, *args: str) -> list[str]:
+    """`webhooks ARGS` as the Procfile runs it (the console script next to this Python),
+    or from another checkout when target.code is one."""
+    if target.code != ROOT:
+        return [sys.executable, "-m", "shared.cli", *args]
     script = Path(sys.executable).with_name("webhooks")
     if script.exists():
         return [str(script), *args]
@@ -119,7 +124,7 @@ class Process:
         for proc in self.tree():
             try:
                 peak = _vm_hwm(proc.pid)
-                role = _role(proc)
+                role = "main" if proc.pid == self.popen.pid else "child"
             except (psutil.NoSuchProcess, OSError):
                 continue
             self.peak_rss[proc.pid] = (role, max(peak, self.peak_rss.get(proc.pid, ("", 0))[1]))
@@ -136,7 +141,8 @@ class Process:
 
     def memory_report(self) -> list[dict[str, Any]]:
         self.sample_memory()
-        return [{"process": self.name, "pid": pid, "role": role, "peak_rss_mb": round(rss / 2**20, 1)}
+        return [{"process": self.name, "pid": pid, "role": role,
+                 "peak_rss_mb": round(rss / 2**20, 1)}
                 for pid, (role, rss) in sorted(self.peak_rss.items())]
 
 
@@ -148,17 +154,14 @@ def _vm_hwm(pid: int) -> int:
     return 0
 
 
-def _role(proc: psutil.Process) -> str:
-    parent = proc.parent()
-    is_child = parent is not None and parent.name() == proc.name()
-    return "child" if is_child else "main"
-
-
 def start(name: str, args: list[str], target: Target, extra_env: dict[str, str] | None = None,
           command: list[str] | None = None) -> Process:
     log = (target.logs / f"{name}.log").open("ab")
     env = {**os.environ, **target.env, **(extra_env or {})}
-    popen = subprocess.Popen(command or _command(*args), cwd=ROOT, env=env, stdout=log,
+    if target.code != ROOT:
+        env["PYTHONPATH"] = str(target.code)
+    popen = subprocess.Popen(command or _command(target, *args), cwd=target.code, env=env,
+                             stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True)
     return Process(name, popen)
 
@@ -176,7 +179,7 @@ def stop(process: Process) -> None:
             process.popen.wait(5)
 
 
-def wait_http(url: str, process: Process, timeout: float = 30) -> None:
+def wait_http(url: str, process: Process, timeout: float = 60) -> None:
     import urllib.request
 
     deadline = time.monotonic() + timeout

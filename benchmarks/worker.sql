@@ -1,7 +1,7 @@
 -- One invoice job as worker/jobs.py applies it (queries.JobClaimDue with LIMIT 1, then the
--- Stripe handler's AccountLock, LedgerInsert, AccountAdd, OutboxInsert in a savepoint, and
--- JobMarkDone). worker.py repeats this block JOB_BATCH_SIZE times inside one
--- BEGIN ... COMMIT, as process_batch commits a batch of jobs together.
+-- Stripe handler's AccountLock, LedgerBook, OutboxInsert in a savepoint, and
+-- JobMarkDone). benchmarks/pgbench.py wraps it in BEGIN ... COMMIT (repeated
+-- JOBS_PER_TRANSACTION times), as worker/jobs.py commits each job with its effects.
 SELECT j.id AS job_id, j.event_id AS event_id,
        e.payload -> 'data' -> 'object' ->> 'id' AS invoice_id,
        e.payload -> 'data' -> 'object' ->> 'customer' AS customer,
@@ -20,14 +20,18 @@ SAVEPOINT job;
 INSERT INTO accounts (customer_id, currency) VALUES (:customer, :currency)
 ON CONFLICT (customer_id, currency) DO UPDATE SET updated_at = now()
 RETURNING balance;
-INSERT INTO ledger_entries
-    (customer_id, currency, amount, provider, event_id, entry_key, kind, reference)
-VALUES (:customer, :currency, :amount, 'stripe', :event_id, 'invoice:' || :invoice_id,
-        'invoice', :invoice_id)
-ON CONFLICT (entry_key) DO NOTHING
-RETURNING id;
-UPDATE accounts SET balance = balance + :amount, updated_at = now()
-WHERE customer_id = :customer AND currency = :currency;
+WITH entry AS (
+    INSERT INTO ledger_entries
+        (customer_id, currency, amount, provider, event_id, entry_key, kind, reference)
+    VALUES (:customer, :currency, :amount, 'stripe', :event_id, 'invoice:' || :invoice_id,
+            'invoice', :invoice_id)
+    ON CONFLICT (entry_key) DO NOTHING
+    RETURNING amount
+)
+UPDATE accounts SET balance = balance + entry.amount, updated_at = now()
+FROM entry
+WHERE customer_id = :customer AND currency = :currency
+RETURNING balance;
 INSERT INTO outbox
     (idempotency_key, kind, to_address, subject, text_body, html_body, provider, event_id)
 VALUES ('receipt:' || :invoice_id, 'receipt', :email,

@@ -115,19 +115,23 @@ AccountLock = text("""
     RETURNING balance
 """)
 
-# UNIQUE (entry_key): a business fact (an invoice credit, a refund level) is booked once.
-LedgerInsert = text("""
-    INSERT INTO ledger_entries
-        (customer_id, currency, amount, provider, event_id, entry_key, kind, reference)
-    VALUES
-        (:customer_id, :currency, :amount, :provider, :event_id, :entry_key, :kind, :reference)
-    ON CONFLICT (entry_key) DO NOTHING
-    RETURNING id
-""")
-
-AccountAdd = text("""
-    UPDATE accounts SET balance = balance + :amount, updated_at = now()
+# UNIQUE (entry_key): a business fact (an invoice credit, a refund level) is booked once,
+# and the balance moves only by the entry this very statement inserted: both or neither.
+# One statement, one round trip; run after AccountLock, which holds the account row.
+LedgerBook = text("""
+    WITH entry AS (
+        INSERT INTO ledger_entries
+            (customer_id, currency, amount, provider, event_id, entry_key, kind, reference)
+        VALUES
+            (:customer_id, :currency, :amount, :provider, :event_id, :entry_key, :kind,
+             :reference)
+        ON CONFLICT (entry_key) DO NOTHING
+        RETURNING amount
+    )
+    UPDATE accounts SET balance = balance + entry.amount, updated_at = now()
+    FROM entry
     WHERE customer_id = :customer_id AND currency = :currency
+    RETURNING balance
 """)
 
 # Read under the account lock, so two refunds of one charge cannot both see the old total.

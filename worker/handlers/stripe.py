@@ -93,18 +93,16 @@ def _book(
     ctx: JobContext, customer: str, currency: str, amount: int, *, kind: str, reference: str,
     entry_key: str,
 ) -> bool:
-    """Lock the account, insert the ledger entry once per entry_key, move the balance."""
+    """Lock the account, then book the entry once per entry_key and move the balance by it
+    (one statement: both or neither). False if the entry was booked before."""
     account = {"customer_id": customer, "currency": currency}
     ctx.conn.execute(queries.AccountLock, account)
-    inserted = ctx.conn.execute(
-        queries.LedgerInsert,
+    booked = ctx.conn.execute(
+        queries.LedgerBook,
         {**account, "amount": amount, "provider": ctx.provider, "event_id": ctx.event_id,
          "entry_key": entry_key, "kind": kind, "reference": reference},
     ).first()
-    if inserted is None:
-        return False
-    ctx.conn.execute(queries.AccountAdd, {**account, "amount": amount})
-    return True
+    return booked is not None
 
 
 def _object(ctx: JobContext) -> dict[str, Any]:
