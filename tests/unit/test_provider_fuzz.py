@@ -178,7 +178,9 @@ def test_signed_random_bodies_are_delivered_or_refused_as_payload(provider: str)
     @given(
         body=bodies,
         secret=st.sampled_from(SECRETS[provider]),
-        message_id=st.text(st.characters(exclude_characters="\r\n"), min_size=1),
+        # No lone surrogates: the test's own signer (the library) cannot encode them.
+        message_id=st.text(st.characters(exclude_categories=("Cs",),
+                                         exclude_characters="\r\n"), min_size=1),
         values=st.fixed_dictionaries({name: st.none() | header_values for name in others}),
     )
     def check(body: bytes, secret: str, message_id: str, values: dict[str, Any]) -> None:
