@@ -6,6 +6,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -60,13 +61,29 @@ def test_worker_killed_mid_transaction_loses_nothing_and_applies_once(
     assert scalar(clean_db, "SELECT attempts FROM jobs") == 1
 
 
+RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+
+
+def rabbitmq_running() -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", 5672)) == 0
+
+
+@pytest.mark.parametrize("broker", ["configured", "rabbitmq"])
 def test_end_to_end_through_web_worker_and_broker(
-    settings: Settings, clean_db: Engine, tmp_path: Path
+    settings: Settings, clean_db: Engine, tmp_path: Path, broker: str
 ) -> None:
     import json
 
     import requests
 
+    if broker == "rabbitmq":
+        if not rabbitmq_running():
+            pytest.skip("no RabbitMQ on 127.0.0.1:5672")
+        settings = Settings(**{**settings.__dict__, "broker_url": RABBITMQ_URL})
     log = tmp_path / "processes.log"
     worker = processes.start(["worker", "--processes", "1", "--threads", "2"],
                              env_for(settings, SWEEP_INTERVAL_SECONDS="600"), log)
