@@ -49,7 +49,7 @@ job_latency = Histogram(
 outbox_sent = Counter("webhooks_outbox_sent_total", "Emails sent (or found already sent).")
 outbox_failed = Counter("webhooks_outbox_failed_total", "Emails failed for good.")
 queue_depth = Gauge(
-    "webhooks_queue_depth", "Due work seen by the last sweep.", ["table"],
+    "webhooks_queue_depth", "Due pending rows, read from the tables at scrape time.", ["table"],
     multiprocess_mode="mostrecent",
 )
 

@@ -8,7 +8,6 @@ Dramatiq's own retries are off: the rows own attempts and scheduling.
 
 from __future__ import annotations
 
-import logging
 import threading
 
 import dramatiq
@@ -19,8 +18,6 @@ from shared.logs import configure_logging
 from shared.settings import Settings
 from worker import broker as wakeups
 from worker import handlers, jobs, outbox
-
-log = logging.getLogger(__name__)
 
 settings = Settings.from_env()
 configure_logging(settings)
@@ -55,23 +52,11 @@ def process_jobs(job_id: int | None = None) -> None:
     if result.emails_queued:
         wakeups.wake_outbox(broker, 1)
     for retried_id, delay in result.retried:
-        _wake_later(retried_id, delay)
+        wakeups.wake_jobs(broker, [retried_id], delay=delay)
     if result.deferred:
         wakeups.wake_jobs(broker, result.deferred)
     if result.claimed == JOB_BATCH_SIZE:
         wakeups.wake_jobs(broker, [job_id or 0])  # more may be due: keep draining
-
-
-def _wake_later(job_id: int, delay: float) -> None:
-    try:
-        broker.enqueue(
-            dramatiq.Message(queue_name=wakeups.JOBS_QUEUE, actor_name=wakeups.PROCESS_JOBS,
-                             args=(job_id,), kwargs={}, options={}),
-            delay=int(delay * 1000),
-        )
-    except Exception:
-        log.warning("could not schedule the retry's wake-up; the sweeper will",
-                    extra={"job_id": job_id})
 
 
 @dramatiq.actor(queue_name=wakeups.OUTBOX_QUEUE, actor_name=wakeups.DISPATCH_OUTBOX,

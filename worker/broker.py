@@ -81,11 +81,13 @@ def _message(queue: str, actor: str, args: tuple[object, ...]) -> dramatiq.Messa
     return dramatiq.Message(queue_name=queue, actor_name=actor, args=args, kwargs={}, options={})
 
 
-def wake_jobs(broker: dramatiq.Broker, job_ids: list[int]) -> bool:
-    """Best effort: enqueue one wake-up per job id. False if the broker is unreachable."""
+def wake_jobs(broker: dramatiq.Broker, job_ids: list[int], *, delay: float = 0) -> bool:
+    """Best effort: enqueue one wake-up per job id, `delay` seconds from now (a retry's
+    backoff). False if the broker is unreachable."""
+    delay_ms = int(delay * 1000) or None
     try:
         for job_id in job_ids:
-            broker.enqueue(_message(JOBS_QUEUE, PROCESS_JOBS, (job_id,)))
+            broker.enqueue(_message(JOBS_QUEUE, PROCESS_JOBS, (job_id,)), delay=delay_ms)
     except Exception as error:  # any broker/network failure: the sweeper enqueues it later
         log.warning("broker unreachable, job left for the sweeper: %s", _one_line(error))
         return False

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.engine import Engine
 
-from shared import db, metrics, queries
+from shared import db, queries
 from shared.settings import Settings
 from worker import broker as wakeups
 from worker import retention
@@ -48,8 +48,6 @@ def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
             return None
         due_jobs = conn.execute(queries.JobCountDue).scalar_one()
         due_emails = conn.execute(queries.OutboxCountDue).scalar_one()
-    metrics.queue_depth.labels("jobs").set(due_jobs)
-    metrics.queue_depth.labels("outbox").set(due_emails)
     woken = True
     if due_jobs:
         count = _missing(broker, wakeups.JOBS_QUEUE, due_jobs, JOB_WAKEUP_BATCH)
