@@ -535,11 +535,12 @@ class System:
         if inside and rng.random() < 0.75:
             victim, pid = rng.choice(inside)
         else:
-            booted = [w for w in self.workers if w.children()]
+            # children() is read once: a process can exit between two reads.
+            booted = [(w, kids) for w in self.workers if (kids := w.children())]
             if not booted:
                 return None
-            victim = rng.choice(booted)
-            pid = rng.choice(victim.children())
+            victim, kids = rng.choice(booted)
+            pid = rng.choice(kids)
         if whole_group:
             victim.kill()
         else:
