@@ -52,7 +52,7 @@ def run(database_url: str, script: Path, clients: int, *, seconds: float | None 
     args = [binary, "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)),
             "-h", url.host or "127.0.0.1", "-p", str(url.port or 5432),
             "-U", url.username or "postgres", "-f", str(script), "-l"]
-    args += ["-T", str(seconds)] if seconds else ["-t", str(transactions)]
+    args += ["-T", str(max(1, round(seconds)))] if seconds else ["-t", str(transactions)]
     env = {**os.environ, "PGPASSWORD": url.password or ""}
     with tempfile.TemporaryDirectory(prefix="pgbench-") as folder:
         done = subprocess.run([*args, "--log-prefix", f"{folder}/tx", url.database or "postgres"],
@@ -96,8 +96,12 @@ def _processed_time(report: str) -> float | None:
 
 
 def worker_script(batch: int, folder: Path) -> Path:
-    """worker.sql's per-job block, `batch` times in one transaction."""
-    block = (HERE / "worker.sql").read_text()
+    """worker.sql for batches of `batch` jobs: its claim, its per-job block once per job,
+    and its done mark, in one transaction."""
+    text = (HERE / "worker.sql").read_text().replace("LIMIT BATCH", f"LIMIT {batch}")
+    head, _, rest = text.partition("-- job\n")
+    block, _, tail = rest.partition("-- end job\n")
+    jobs = "".join(block.replace("[K]", f"[{k}]") for k in range(1, batch + 1))
     path = folder / f"worker_batch{batch}.sql"
-    path.write_text("BEGIN;\n" + block * batch + "COMMIT;\n")
+    path.write_text("BEGIN;\n" + head + jobs + tail + "COMMIT;\n")
     return path

@@ -19,9 +19,9 @@ from benchmarks import load, pgbench, stack
 from benchmarks.events import CUSTOMERS
 
 HERE = Path(__file__).resolve().parent
-# worker/jobs.py commits each job in its own transaction (claim, handler, done); pgbench
-# runs worker.sql's block this many times per transaction to do the same.
-JOBS_PER_TRANSACTION = 1
+# worker/jobs.py applies a batch of up to actors.JOB_BATCH_SIZE jobs in one transaction;
+# pgbench runs worker.sql with batches of this many to do the same.
+JOBS_PER_TRANSACTION = 50
 
 
 @dataclass(frozen=True)
@@ -198,10 +198,13 @@ def worker(target: stack.Target, plan: Plan) -> dict[str, Any]:
 
 
 def _batch_size(target: stack.Target) -> int:
-    """JOB_BATCH_SIZE of the measured checkout (read, not imported: it may be another)."""
-    text = (target.code / "worker" / "actors.py").read_text()
-    match = re.search(r"^JOB_BATCH_SIZE = (\d+)", text, re.MULTILINE)
-    return int(match.group(1)) if match else 0
+    """Jobs per claim of the measured checkout (read, not imported: it may be another)."""
+    for path, name in (("broker.py", "JOBS_PER_MESSAGE"), ("actors.py", "JOB_BATCH_SIZE")):
+        text = (target.code / "worker" / path).read_text()
+        match = re.search(rf"^{name} = (\d+)", text, re.MULTILINE)
+        if match:
+            return int(match.group(1))
+    return 0
 
 
 def _worker_concurrency(args: tuple[str, ...]) -> int:

@@ -1,47 +1,59 @@
--- One invoice job as worker/jobs.py applies it (queries.JobClaimDue with LIMIT 1, then the
--- Stripe handler's AccountLock, LedgerBook, OutboxInsert in a savepoint, and
--- JobMarkDone). benchmarks/pgbench.py wraps it in BEGIN ... COMMIT (repeated
--- JOBS_PER_TRANSACTION times), as worker/jobs.py commits each job with its effects.
-SELECT j.id AS job_id, j.event_id AS event_id,
-       e.payload -> 'data' -> 'object' ->> 'id' AS invoice_id,
-       e.payload -> 'data' -> 'object' ->> 'customer' AS customer,
-       e.payload -> 'data' -> 'object' ->> 'currency' AS currency,
-       (e.payload -> 'data' -> 'object' ->> 'amount_paid')::bigint AS amount,
-       e.payload -> 'data' -> 'object' ->> 'customer_email' AS email
-FROM jobs j JOIN webhook_events e USING (provider, event_id)
+-- A batch of invoice jobs as worker/jobs.py applies it, in one transaction: one claim of
+-- up to :batch due jobs (queries.JobClaimDue; their fields gathered into arrays, in the
+-- customer order the worker runs them in), the Stripe handler's AccountLock, LedgerBook
+-- and OutboxInsert for each job K (the block between the markers, repeated with K = 1..N
+-- by benchmarks/pgbench.py), and one queries.JobMarkDoneMany for them all.
+SELECT array_agg(j.id ORDER BY c.customer, j.id) AS ids,
+       array_agg(j.event_id ORDER BY c.customer, j.id) AS event_ids,
+       array_agg(c.invoice ORDER BY c.customer, j.id) AS invoices,
+       array_agg(c.customer ORDER BY c.customer, j.id) AS customers,
+       array_agg(c.currency ORDER BY c.customer, j.id) AS currencies,
+       array_agg(c.amount ORDER BY c.customer, j.id) AS amounts,
+       array_agg(c.email ORDER BY c.customer, j.id) AS emails
+FROM jobs j JOIN webhook_events e USING (provider, event_id),
+LATERAL (SELECT e.payload -> 'data' -> 'object' ->> 'id' AS invoice,
+                e.payload -> 'data' -> 'object' ->> 'customer' AS customer,
+                e.payload -> 'data' -> 'object' ->> 'currency' AS currency,
+                (e.payload -> 'data' -> 'object' ->> 'amount_paid')::bigint AS amount,
+                e.payload -> 'data' -> 'object' ->> 'customer_email' AS email) c
 WHERE j.id IN (
     SELECT id FROM jobs
     WHERE status = 'pending' AND run_at <= now()
     ORDER BY run_at, id
-    LIMIT 1
+    LIMIT BATCH
     FOR UPDATE SKIP LOCKED
 ) \gset
-SAVEPOINT job;
-INSERT INTO accounts (customer_id, currency) VALUES (:customer, :currency)
+-- job
+INSERT INTO accounts (customer_id, currency)
+VALUES ((CAST(:customers AS text[]))[K], (CAST(:currencies AS text[]))[K])
 ON CONFLICT (customer_id, currency) DO UPDATE SET updated_at = now()
 RETURNING balance;
 WITH entry AS (
     INSERT INTO ledger_entries
         (customer_id, currency, amount, provider, event_id, entry_key, kind, reference)
-    VALUES (:customer, :currency, :amount, 'stripe', :event_id, 'invoice:' || :invoice_id,
-            'invoice', :invoice_id)
+    VALUES ((CAST(:customers AS text[]))[K], (CAST(:currencies AS text[]))[K],
+            (CAST(:amounts AS bigint[]))[K], 'stripe', (CAST(:event_ids AS text[]))[K],
+            'invoice:' || (CAST(:invoices AS text[]))[K], 'invoice',
+            (CAST(:invoices AS text[]))[K])
     ON CONFLICT (entry_key) DO NOTHING
     RETURNING amount
 )
 UPDATE accounts SET balance = balance + entry.amount, updated_at = now()
 FROM entry
-WHERE customer_id = :customer AND currency = :currency
+WHERE customer_id = (CAST(:customers AS text[]))[K]
+  AND currency = (CAST(:currencies AS text[]))[K]
 RETURNING balance;
 INSERT INTO outbox
     (idempotency_key, kind, to_address, subject, text_body, html_body, provider, event_id)
-VALUES ('receipt:' || :invoice_id, 'receipt', :email,
+VALUES ('receipt:' || (CAST(:invoices AS text[]))[K], 'receipt', (CAST(:emails AS text[]))[K],
         'Receipt for your payment of 19.99 USD',
-        'Thank you. We received your payment of 19.99 USD for invoice ' || :invoice_id || '.',
+        'Thank you. We received your payment of 19.99 USD for invoice '
+        || (CAST(:invoices AS text[]))[K] || '.',
         '<p>Thank you. We received your payment of <strong>19.99 USD</strong> for invoice '
-        || :invoice_id || '.</p>', 'stripe', :event_id)
+        || (CAST(:invoices AS text[]))[K] || '.</p>', 'stripe', (CAST(:event_ids AS text[]))[K])
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
-RELEASE SAVEPOINT job;
+-- end job
 UPDATE jobs SET status = 'done', attempts = attempts + 1, finished_at = now(),
                 outcome = 'credited', last_error = NULL
-WHERE id = :job_id AND status = 'pending';
+WHERE id = ANY (CAST(:ids AS bigint[])) AND status = 'pending';

@@ -2,29 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import dramatiq
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from ingest import health, webhooks
+from ingest.waker import Waker
 from shared import db
 from shared.settings import Settings
-from worker.broker import create_broker
-
-
-class LazyBroker:
-    """Creates the broker on first use, so the web starts while the broker is down."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._broker: dramatiq.Broker | None = None
-
-    def enqueue(self, message: dramatiq.Message, **kwargs: Any) -> Any:  # type: ignore[type-arg]
-        if self._broker is None:
-            self._broker = create_broker(self._settings)
-        return self._broker.enqueue(message, **kwargs)
 
 
 def create_app(settings: Settings | None = None) -> Flask:
@@ -34,8 +18,8 @@ def create_app(settings: Settings | None = None) -> Flask:
     # webhooks._read_body must be able to read limit + 1 bytes to tell "over" from "at".
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
     app.extensions["settings"] = settings
-    app.extensions["engine"] = db.create_engine(settings, pool_size=4)
-    app.extensions["broker"] = LazyBroker(settings)
+    app.extensions["engine"] = db.create_engine(settings, pool_size=4, autocommit=True)
+    app.extensions["waker"] = Waker(settings)
     app.register_blueprint(webhooks.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_error_handler(HTTPException, _http_error)

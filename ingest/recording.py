@@ -20,7 +20,8 @@ class Recorded:
 
 
 def record_delivery(engine: Engine, provider: str, delivery: Delivery, body: bytes) -> Recorded:
-    """Commit the event and its job, or find the job of an event seen before.
+    """Commit the event and its job, or count a duplicate and find the job of the event
+    seen before. `engine` is an autocommit engine (db.create_engine(autocommit=True)).
 
     Returns only after COMMIT, so a 200 always stands on committed rows. A connection
     that died in the pool (database restarted) is retried once on a fresh one.
@@ -36,23 +37,23 @@ def record_delivery(engine: Engine, provider: str, delivery: Delivery, body: byt
     raise AssertionError("unreachable")
 
 
+EVENT_JOB_INSERT = db.driver_sql(queries.EventJobInsert)
+DUPLICATE_COUNTED = db.driver_sql(queries.DuplicateCounted)
+
+
 def _record(engine: Engine, provider: str, delivery: Delivery, body: bytes) -> Recorded:
     key = {"provider": provider, "event_id": delivery.event_id}
     try:
-        # One statement in autocommit is one transaction, committed before execute returns.
-        with db.autocommit(engine) as conn:
-            job = conn.execute(
-                queries.EventJobInsert,
-                {**key, "event_type": delivery.event_type, "payload": body.decode("utf-8")},
-            ).first()
+        # One statement on an autocommit engine is one transaction, committed before
+        # fetch_one returns.
+        job = db.fetch_one(engine, EVENT_JOB_INSERT, {
+            **key, "event_type": delivery.event_type, "payload": body.decode("utf-8")})
         if job is not None:
-            return Recorded(job_id=job.id, duplicate=False, status=job.status)
-        with db.transaction(engine) as conn:
-            conn.execute(queries.DuplicateInsert, key)
-            existing = conn.execute(queries.JobStatusByEvent, key).first()
+            return Recorded(job_id=job[0], duplicate=False, status=job[1])
+        existing = db.fetch_one(engine, DUPLICATE_COUNTED, key)
     except (sa.exc.DataError, UnicodeDecodeError):
         # JSON that Python accepts but jsonb refuses (\u0000, lone surrogates, NaN).
         raise InvalidPayload("body is not JSON that Postgres can store") from None
     if existing is None:
         return Recorded(job_id=None, duplicate=True, status="done")
-    return Recorded(job_id=existing.id, duplicate=True, status=existing.status)
+    return Recorded(job_id=existing[0], duplicate=True, status=existing[1])

@@ -22,7 +22,6 @@ from shared.errors import (
 )
 from shared.providers.base import Delivery
 from shared.settings import Settings
-from worker import broker as wakeups
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("webhooks", __name__)
@@ -107,7 +106,5 @@ def _after_commit(provider: str, delivery: Delivery, recorded: Recorded) -> None
         return
     metrics.deliveries_received.labels(provider).inc()
     log.info("event recorded", extra={**context, "event_type": delivery.event_type})
-    if recorded.job_id is not None and not wakeups.wake_jobs(
-        current_app.extensions["broker"], [recorded.job_id]
-    ):
-        metrics.broker_enqueue_failures.inc()
+    if recorded.job_id is not None:
+        current_app.extensions["waker"].wake(recorded.job_id)

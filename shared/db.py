@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import psycopg
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 
 from shared.errors import DatabaseUnavailable
@@ -33,9 +36,15 @@ def sqlalchemy_url(raw: str) -> str:
     return f"{scheme}://{rest}"
 
 
-def create_engine(settings: Settings, *, pool_size: int = 5, url: str | None = None) -> Engine:
+def create_engine(
+    settings: Settings, *, pool_size: int = 5, url: str | None = None, autocommit: bool = False
+) -> Engine:
+    """An engine with our connection settings. autocommit: every statement is its own
+    transaction, committed before execute returns (the ingest's engine, for fetch_one)."""
+    options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
     return sa.create_engine(
         url or database_url(settings),
+        **options,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_timeout=5,
@@ -50,6 +59,46 @@ def create_engine(settings: Settings, *, pool_size: int = 5, url: str | None = N
             " -c idle_in_transaction_session_timeout=300000",
         },
     )
+
+
+def driver_sql(statement: sa.TextClause) -> str:
+    """A text() statement in the driver's own parameter style, for fetch_one."""
+    return str(statement.compile(dialect=postgresql.psycopg.dialect()))  # type: ignore[no-untyped-call]
+
+
+def fetch_one(engine: Engine, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """Run one statement on a pooled connection of an autocommit engine, straight through
+    psycopg, and return its first row: one statement, one transaction, committed when this
+    returns. It costs about 100 µs of CPU where Connection.execute costs 240 (measured on
+    the ingest's insert), which is why the ingest's hot path uses it.
+
+    Errors come out as SQLAlchemy's would: a DBAPIError subclass, with a connection the
+    server dropped invalidated (connection_invalidated), and "no database" translated to
+    DatabaseUnavailable."""
+    try:
+        connection = engine.raw_connection()
+    except sa.exc.SQLAlchemyError as error:
+        _translate(error)
+        raise
+    try:
+        if not connection.driver_connection.autocommit:  # type: ignore[union-attr]
+            raise RuntimeError("fetch_one needs an engine created with autocommit=True")
+        cursor = connection.cursor()
+        try:
+            cursor.execute(sql, params)
+            return cursor.fetchone()  # type: ignore[no-any-return]
+        finally:
+            cursor.close()
+    except psycopg.Error as error:
+        gone = engine.dialect.is_disconnect(error, connection.dbapi_connection, None)  # type: ignore[arg-type]
+        if gone:
+            connection.invalidate(error)
+        wrapped = sa.exc.DBAPIError.instance(sql, params, error, psycopg.Error,
+                                             connection_invalidated=gone)
+        _translate(wrapped)
+        raise wrapped from error
+    finally:
+        connection.close()  # back to the pool
 
 
 def sqlstate(error: BaseException) -> str | None:
@@ -79,19 +128,6 @@ def transaction(engine: Engine) -> Iterator[Connection]:
     """One transaction; driver errors that mean "no database" become DatabaseUnavailable."""
     try:
         with engine.begin() as conn:
-            yield conn
-    except sa.exc.SQLAlchemyError as error:
-        _translate(error)
-        raise
-
-
-@contextmanager
-def autocommit(engine: Engine) -> Iterator[Connection]:
-    """A connection on which each statement is its own transaction: execute() returns only
-    after the server committed it, without the BEGIN and COMMIT round trips. For single
-    statements that must commit as a whole (the ingest's event + job)."""
-    try:
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             yield conn
     except sa.exc.SQLAlchemyError as error:
         _translate(error)

@@ -34,12 +34,12 @@ EventJobInsert = text("""
     RETURNING id, status
 """)
 
-# A duplicate is counted by appending a row: no hot counter row to contend on.
-DuplicateInsert = text("""
-    INSERT INTO webhook_duplicates (provider, event_id) VALUES (:provider, :event_id)
-""")
-
-JobStatusByEvent = text("""
+# A duplicate is counted by appending a row (no hot counter row to contend on), and
+# answered with its job's status: one statement.
+DuplicateCounted = text("""
+    WITH counted AS (
+        INSERT INTO webhook_duplicates (provider, event_id) VALUES (:provider, :event_id)
+    )
     SELECT id, status FROM jobs WHERE provider = :provider AND event_id = :event_id
 """)
 
@@ -76,6 +76,14 @@ JobMarkDone = text("""
     UPDATE jobs SET status = 'done', attempts = attempts + 1, finished_at = now(),
                     outcome = :outcome, last_error = NULL
     WHERE id = :id AND status = 'pending'
+""")
+
+# A batch's jobs, marked done with their outcomes in one statement (same guard).
+JobMarkDoneMany = text("""
+    UPDATE jobs SET status = 'done', attempts = attempts + 1, finished_at = now(),
+                    outcome = done.outcome, last_error = NULL
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:outcomes AS text[])) AS done (id, outcome)
+    WHERE jobs.id = done.id AND jobs.status = 'pending'
 """)
 
 # After a handler error (its writes rolled back to the savepoint): count the attempt and
@@ -187,12 +195,17 @@ OutboxClaimDue = text("""
               provider, event_id, attempts
 """)
 
-# Guarded by status and by the attempt this dispatcher claimed: once its lease ran out and
-# another dispatcher re-claimed the row (attempts + 1), a late mark updates nothing.
-OutboxMarkSent = text("""
-    UPDATE outbox SET status = 'sent', message_id = :message_id, sent_at = now(),
+# The sent rows of one dispatch in one statement. Each is guarded by status and by the
+# attempt this dispatcher claimed: once its lease ran out and another dispatcher
+# re-claimed the row (attempts + 1), a late mark updates nothing. RETURNING names the rows
+# whose guard held.
+OutboxMarkSentMany = text("""
+    UPDATE outbox SET status = 'sent', message_id = sent.message_id, sent_at = now(),
                       last_error = NULL
-    WHERE id = :id AND status = 'pending' AND attempts = :attempts
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]),
+                CAST(:message_ids AS text[])) AS sent (id, attempts, message_id)
+    WHERE outbox.id = sent.id AND outbox.status = 'pending' AND outbox.attempts = sent.attempts
+    RETURNING outbox.id
 """)
 
 # Same guard; the row stays pending and is claimed again (and searched first) after delay.

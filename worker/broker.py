@@ -28,6 +28,9 @@ JOBS_QUEUE = "jobs"
 OUTBOX_QUEUE = "outbox"
 PROCESS_JOBS = "process_jobs"
 DISPATCH_OUTBOX = "dispatch_outbox"
+# A worker claims up to this many due jobs per wake-up; the web sends one wake-up per this
+# many new jobs.
+JOBS_PER_MESSAGE = 50
 
 
 def broker_url(settings: Settings) -> str:

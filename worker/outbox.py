@@ -124,11 +124,18 @@ def _email(row: sa.Row[Any]) -> OutboundEmail:
 
 def _record(engine: Engine, settings: Settings, rows: Sequence[sa.Row[Any]],
             outcomes: dict[int, Outcome], result: DispatchResult) -> None:
-    """Write every outcome in one transaction, then count and log what changed."""
+    """Write every outcome in one transaction (the sent ones in one statement), then count
+    and log what changed."""
+    sent = [row for row in rows if isinstance(outcomes.get(row.id), Sent)]
     changes = []
     with db.transaction(engine) as conn:
+        marked = _mark_sent(conn, sent, outcomes)
         for row in rows:
-            change = _mark(conn, settings, row, outcomes.get(row.id))
+            outcome = outcomes.get(row.id)
+            if isinstance(outcome, Sent):
+                change = marked.get(row.id)
+            else:
+                change = _mark(conn, settings, row, outcome)
             if change is None:
                 log.warning("outbox row re-claimed by another dispatcher; outcome dropped",
                             extra=_context(row))
@@ -138,17 +145,32 @@ def _record(engine: Engine, settings: Settings, rows: Sequence[sa.Row[Any]],
         _report(row, status, params, result)
 
 
+def _mark_sent(conn: Connection, rows: Sequence[sa.Row[Any]],
+               outcomes: dict[int, Outcome]) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Mark the sent rows, each guarded by the attempt we claimed; those whose guard held."""
+    message_ids = {}
+    for row in rows:
+        outcome = outcomes[row.id]
+        assert isinstance(outcome, Sent)
+        message_ids[row.id] = outcome.message_id
+    if not message_ids:
+        return {}
+    updated = conn.execute(queries.OutboxMarkSentMany, {
+        "ids": list(message_ids), "attempts": [row.attempts for row in rows],
+        "message_ids": list(message_ids.values()),
+    }).scalars().all()
+    return {id_: ("sent", {"message_id": message_ids[id_]}) for id_ in updated}
+
+
 def _mark(conn: Connection, settings: Settings, row: sa.Row[Any],
-          outcome: Outcome | None) -> tuple[str, dict[str, Any]] | None:
-    """Apply one outcome, guarded by the attempt we claimed; None if the guard failed."""
+          outcome: EmailRejected | EmailOutcomeUnknown | None) -> tuple[str, dict[str, Any]] | None:
+    """Apply one outcome other than sent, guarded by the attempt we claimed; None if the
+    guard failed."""
     guard = {"id": row.id, "attempts": row.attempts}
     statement: sa.TextClause
     if outcome is None:  # never reached before the deadline: give it back now
         status, statement = "released", queries.OutboxMarkRetry
         params = {**guard, "delay": 0, "error": "not attempted: the dispatcher ran out of time"}
-    elif isinstance(outcome, Sent):
-        status, statement = "sent", queries.OutboxMarkSent
-        params = {**guard, "message_id": outcome.message_id}
     elif isinstance(outcome, EmailRejected) or row.attempts >= settings.job_max_attempts:
         status, statement = "failed", queries.OutboxMarkFailed
         params = {**guard, "error": _error(outcome)}

@@ -96,7 +96,9 @@ def test_tampered_body_is_400(client, clean_db) -> None:  # type: ignore[no-unty
     assert count(clean_db, "webhook_events") == 0
 
 
-@pytest.mark.parametrize("offset", [-301, 301, -100000, 100000])
+# +302, not +301: the signed timestamp is int(time.time()) + offset, up to a second less
+# than now + offset, and a little time passes before the check.
+@pytest.mark.parametrize("offset", [-301, 302, -100000, 100000])
 def test_timestamps_outside_tolerance_are_400(client, clean_db, offset) -> None:  # type: ignore[no-untyped-def]
     body = event_body()
     signature = factories.stripe_signature(body, STRIPE_SECRET, int(time.time()) + offset)
@@ -158,6 +160,23 @@ def test_database_down_is_503_and_readyz_503(settings) -> None:  # type: ignore[
     assert response.headers["Retry-After"]
     assert client.get("/readyz").status_code == 503
     assert client.get("/healthz").status_code == 200
+
+
+def test_pooled_connections_killed_by_the_server_are_replaced_not_answered_503(
+    client, clean_db
+) -> None:  # type: ignore[no-untyped-def]
+    """A database restart leaves dead connections in the web's pool: the next delivery is
+    retried once on a fresh connection instead of being refused."""
+    assert post(client, event_body(event_id="evt_before")).status_code == 200
+    with clean_db.connect() as conn:
+        killed = conn.execute(sa.text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = 'webhooks' "
+            "AND pid <> pg_backend_pid()")).scalar_one()
+    assert killed >= 1
+    response = post(client, event_body(event_id="evt_after"))
+    assert response.status_code == 200 and response.json["duplicate"] is False
+    assert count(clean_db, "jobs") == 2
 
 
 def test_health_and_metrics(client) -> None:  # type: ignore[no-untyped-def]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -28,6 +30,7 @@ def job_row(engine: Engine, job_id: int):  # type: ignore[no-untyped-def]
 @pytest.fixture(autouse=True)
 def _handlers(settings: Settings) -> None:
     handlers.load(settings)
+    jobs.PACE.seconds_per_job = 0.0  # each test starts with full-size claims
 
 
 def invoice_job(engine: Engine, amount: int = 1000, **invoice_kwargs: object) -> int:
@@ -150,3 +153,71 @@ def test_retry_delay_doubles_with_jitter_and_caps_at_an_hour() -> None:
     for n, delay in enumerate(delays, start=1):
         assert 0.8 * 2 * 2 ** (n - 1) <= delay <= 1.2 * 2 * 2 ** (n - 1)
     assert jobs.retry_delay(40, 2.0, rng) <= 3600
+
+
+def test_batches_lock_accounts_in_one_order_so_crossing_batches_do_not_deadlock(
+    clean_db: Engine, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two batches over the same ten accounts, claimed in opposite customer orders (ids
+    1-10: cus_0..cus_9, ids 11-20: cus_9..cus_0), each holding every account it touched
+    until it commits. Run in claim order they would deadlock (and roll back, and fall back
+    to one job at a time); run in the customer order they queue and both commit."""
+
+    @handlers.handler("stripe", "test.hold_account")
+    def hold_account(ctx: JobContext) -> None:
+        customer = ctx.payload["data"]["object"]["customer"]
+        ctx.conn.execute(queries.AccountLock, {"customer_id": customer, "currency": "usd"})
+        ctx.conn.execute(sa.text("SELECT pg_sleep(0.03)"))
+
+    customers = [f"cus_{n}" for n in range(10)]
+    for customer in customers + customers[::-1]:
+        factories.insert_event_and_job(clean_db, factories.stripe_event(
+            "test.hold_account", {"customer": customer, "currency": "usd"}))
+    results: list[jobs.BatchResult] = []
+
+    def drain() -> None:
+        results.append(jobs.process_batch(clean_db, settings, limit=10, budget_seconds=30))
+
+    first = threading.Thread(target=drain)
+    first.start()
+    time.sleep(0.1)  # the first batch has claimed ids 1-10 and locked cus_0
+    second = threading.Thread(target=drain)
+    second.start()
+    first.join()
+    second.join()
+    assert sorted(r.done for r in results) == [10, 10]
+    assert "batch rolled back" not in caplog.text
+    assert scalar(clean_db, "SELECT count(*) FROM jobs WHERE status = 'done'") == 20
+
+
+def test_a_batch_commits_its_jobs_together_and_stops_after_its_time_budget(
+    clean_db: Engine, settings: Settings
+) -> None:
+    @handlers.handler("stripe", "test.slow")
+    def slow(ctx: JobContext) -> None:
+        ctx.conn.execute(sa.text("SELECT pg_sleep(0.05)"))
+
+    for _ in range(10):
+        factories.insert_event_and_job(clean_db, factories.stripe_event("test.slow", {}))
+    result = jobs.process_batch(clean_db, settings, limit=10, budget_seconds=0.12)
+    assert 2 <= result.done <= 4 and result.claimed == 10 and result.more
+    finished = {row[0] for row in _rows(clean_db, "SELECT finished_at FROM jobs "
+                                                  "WHERE status = 'done'")}
+    assert len(finished) == 1  # one transaction: one now() for every job it completed
+    assert scalar(clean_db, "SELECT count(*) FROM jobs WHERE status = 'pending'") == (
+        10 - result.done)
+
+
+def _rows(engine: Engine, sql: str) -> list[Any]:
+    with engine.connect() as conn:
+        return list(conn.execute(sa.text(sql)))
+
+
+def test_a_batch_claims_only_what_it_can_apply_in_its_time_budget() -> None:
+    pace = jobs.Pace()
+    assert pace.claim_limit(50, 0.25) == 50  # nothing known yet
+    pace.observe(0.4, 2)  # 0.2 s a job
+    assert pace.claim_limit(50, 0.25) == 1
+    for _ in range(30):
+        pace.observe(0.025, 50)  # 0.5 ms a job
+    assert pace.claim_limit(50, 0.25) == 50
