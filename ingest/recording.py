@@ -37,20 +37,16 @@ def record_delivery(engine: Engine, provider: str, delivery: Delivery, body: byt
     raise AssertionError("unreachable")
 
 
-EVENT_JOB_INSERT = db.driver_sql(queries.EventJobInsert)
-DUPLICATE_COUNTED = db.driver_sql(queries.DuplicateCounted)
-
-
 def _record(engine: Engine, provider: str, delivery: Delivery, body: bytes) -> Recorded:
     key = {"provider": provider, "event_id": delivery.event_id}
     try:
         # One statement on an autocommit engine is one transaction, committed before
         # fetch_one returns.
-        job = db.fetch_one(engine, EVENT_JOB_INSERT, {
+        job = db.fetch_one(engine, queries.EventJobInsert, {
             **key, "event_type": delivery.event_type, "payload": body.decode("utf-8")})
         if job is not None:
             return Recorded(job_id=job[0], duplicate=False, status=job[1])
-        existing = db.fetch_one(engine, DUPLICATE_COUNTED, key)
+        existing = db.fetch_one(engine, queries.DuplicateCounted, key)
     except (sa.exc.DataError, UnicodeDecodeError):
         # JSON that Python accepts but jsonb refuses (\u0000, lone surrogates, NaN).
         raise InvalidPayload("body is not JSON that Postgres can store") from None

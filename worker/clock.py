@@ -27,7 +27,7 @@ from worker import retention
 
 log = logging.getLogger(__name__)
 
-JOB_WAKEUP_BATCH = 10
+JOB_WAKEUP_BATCH = wakeups.JOBS_PER_MESSAGE  # jobs one wake-up claims
 OUTBOX_WAKEUP_BATCH = 50
 MAX_WAKEUPS_PER_SWEEP = 500
 

@@ -45,9 +45,9 @@ def debit_refund(ctx: JobContext) -> str:
     charge_id = _text(charge, "id")
     customer, currency = _text(charge, "customer"), _text(charge, "currency").lower()
     refunded = _amount(charge, "amount_refunded")
-    ctx.conn.execute(queries.AccountLock, {"customer_id": customer, "currency": currency})
-    already = ctx.conn.execute(queries.LedgerRefundedTotal, {"charge_id": charge_id}).scalar_one()
-    missing = refunded - int(already)
+    ctx.fetch(queries.AccountLock, {"customer_id": customer, "currency": currency})
+    already = ctx.fetch(queries.LedgerRefundedTotal, {"charge_id": charge_id})
+    missing = refunded - int(already[0] if already else 0)
     if missing <= 0:
         return "already debited"
     _book(ctx, customer, currency, -missing, kind="refund", reference=charge_id,
@@ -68,11 +68,11 @@ def upsert_subscription(ctx: JobContext) -> str:
     if not isinstance(created, int) or isinstance(created, bool):
         raise InvalidEvent("event has no integer `created`")
     status = "canceled" if ctx.event_type.endswith(".deleted") else _text(subscription, "status")
-    applied = ctx.conn.execute(
+    applied = ctx.fetch(
         queries.SubscriptionUpsert,
         {"subscription_id": _text(subscription, "id"), "customer_id": _text(subscription,
          "customer"), "status": status, "created": created, "event_id": ctx.event_id},
-    ).first()
+    )
     return "applied" if applied is not None else "stale, skipped"
 
 
@@ -96,12 +96,12 @@ def _book(
     """Lock the account, then book the entry once per entry_key and move the balance by it
     (one statement: both or neither). False if the entry was booked before."""
     account = {"customer_id": customer, "currency": currency}
-    ctx.conn.execute(queries.AccountLock, account)
-    booked = ctx.conn.execute(
+    ctx.fetch(queries.AccountLock, account)
+    booked = ctx.fetch(
         queries.LedgerBook,
         {**account, "amount": amount, "provider": ctx.provider, "event_id": ctx.event_id,
          "entry_key": entry_key, "kind": kind, "reference": reference},
-    ).first()
+    )
     return booked is not None
 
 
