@@ -1,8 +1,8 @@
 """Wake-ups from a web process: off the request path, and one message per burst.
 
 After its commit a request hands the job id to this process's waker thread and answers at
-once. The thread sends one Dramatiq wake-up per JOBS_PER_MESSAGE ids that arrived while
-it was sending the previous one: a worker's claim takes every due job, not the one named,
+once. The thread sends one Dramatiq wake-up per JOBS_PER_MESSAGE ids that arrived since
+it sent the previous one (at most one send per SEND_INTERVAL_SECONDS): a worker's claim takes every due job, not the one named,
 so one message per burst wakes as many workers as the burst needs, for a fraction of the
 broker round trips (and of the Redis CPU) that one message per job cost.
 
@@ -16,6 +16,7 @@ import atexit
 import logging
 import queue
 import threading
+import time
 
 import dramatiq
 
@@ -26,6 +27,8 @@ from worker import broker as wakeups
 log = logging.getLogger(__name__)
 
 _STOP = -1
+# Under load, ids gather for this long between two sends (a wake-up is at most this late).
+SEND_INTERVAL_SECONDS = 0.005
 
 
 class Waker:
@@ -70,6 +73,9 @@ class Waker:
                 self._send(ids)
             if stopping:
                 return
+            # At most one send per interval: ids arriving meanwhile share the next message.
+            # An id that finds the thread idle is sent at once.
+            time.sleep(SEND_INTERVAL_SECONDS)
 
     def _send(self, ids: list[int]) -> None:
         # Each message names the last job of its share (the worker logs it).
