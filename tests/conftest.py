@@ -123,3 +123,12 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", default=False,
                      help="also run the ten-minute long run (tests/acceptance/test_soak.py)")
+
+
+@pytest.fixture(autouse=True)
+def _full_size_claims() -> None:
+    """worker.jobs.PACE learns how long jobs take in this process: reset it, so that one
+    test's slow handlers do not shrink the next test's claims."""
+    from worker import jobs
+
+    jobs.PACE.seconds_per_job = 1e-9
