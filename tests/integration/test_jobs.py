@@ -221,3 +221,26 @@ def test_a_batch_claims_only_what_it_can_apply_in_its_time_budget() -> None:
     for _ in range(30):
         pace.observe(0.025, 50)  # 0.5 ms a job
     assert pace.claim_limit(50, 0.25) == 50
+
+
+def test_a_statement_failing_inside_ctx_fetch_is_rolled_back_and_retried(
+    clean_db: Engine, settings: Settings
+) -> None:
+    """ctx.fetch goes straight through the driver: its error must still roll back the
+    batch, then the job's savepoint, and be recorded as a failed attempt."""
+
+    @handlers.handler("stripe", "test.bad_statement")
+    def bad_statement(ctx: JobContext) -> None:
+        ctx.fetch(queries.AccountLock, {"customer_id": "cus_partial", "currency": "usd"})
+        ctx.fetch(queries.AccountLock, {"customer_id": "cus_x", "currency": None})
+
+    good = invoice_job(clean_db, amount=7, customer="cus_ok")
+    bad = factories.insert_event_and_job(clean_db, factories.stripe_event(
+        "test.bad_statement", {"customer": "cus_x"}))
+    result = jobs.process_batch(clean_db, settings, limit=10)
+    assert result.done == 1 and len(result.retried) == 1
+    assert job_row(clean_db, good).status == "done"
+    row = job_row(clean_db, bad)
+    assert row.status == "pending" and row.attempts == 1
+    assert "IntegrityError" in row.last_error and "currency" in row.last_error
+    assert scalar(clean_db, "SELECT count(*) FROM accounts WHERE customer_id = 'cus_partial'") == 0
