@@ -41,11 +41,9 @@ def _metrics_dir(kind: str) -> None:
 
 def _resolve_embedded(settings: Settings) -> Settings:
     """Pin DATABASE_URL/BROKER_URL in the environment so child processes share them."""
-    from shared.db import database_url
-    from worker.broker import broker_url
+    from shared.devserver import resolved_urls
 
-    os.environ["DATABASE_URL"] = database_url(settings)
-    os.environ["BROKER_URL"] = broker_url(settings)
+    os.environ.update(resolved_urls(settings))
     return Settings.from_env()
 
 

@@ -42,14 +42,17 @@ def dev_secrets(data_dir: Path) -> dict[str, str]:
     return made
 
 
-def environment(settings: Settings) -> dict[str, str]:
-    """The environment for the child processes: resolved URLs and secrets."""
+def resolved_urls(settings: Settings) -> dict[str, str]:
+    """DATABASE_URL and BROKER_URL as set, or of the embedded servers (started if need be)."""
     from shared.db import database_url
     from worker.broker import broker_url
 
-    env = dict(os.environ)
-    env["DATABASE_URL"] = database_url(settings)
-    env["BROKER_URL"] = broker_url(settings)
+    return {"DATABASE_URL": database_url(settings), "BROKER_URL": broker_url(settings)}
+
+
+def environment(settings: Settings) -> dict[str, str]:
+    """The environment for the child processes: resolved URLs and secrets."""
+    env = {**os.environ, **resolved_urls(settings)}
     env["WEBHOOKS_DATA_DIR"] = str(settings.data_dir)
     for variable, value in dev_secrets(settings.data_dir).items():
         env.setdefault(variable, value)

@@ -71,14 +71,8 @@ JobClaimById = text("""
     )
 """)
 
-# Guarded by status = 'pending': a job is completed once. Runs in the handler's transaction.
-JobMarkDone = text("""
-    UPDATE jobs SET status = 'done', attempts = attempts + 1, finished_at = now(),
-                    outcome = :outcome, last_error = NULL
-    WHERE id = :id AND status = 'pending'
-""")
-
-# A batch's jobs, marked done with their outcomes in one statement (same guard).
+# Jobs marked done with their outcomes, in the transaction of their handlers' writes: a
+# batch's in one statement. Guarded by status = 'pending': a job is completed once.
 JobMarkDoneMany = text("""
     UPDATE jobs SET status = 'done', attempts = attempts + 1, finished_at = now(),
                     outcome = done.outcome, last_error = NULL

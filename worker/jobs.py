@@ -231,7 +231,7 @@ def _apply(
         savepoint.rollback()
         _after_error(conn, settings, row, error, result, context)
         return None
-    _mark(conn, queries.JobMarkDone, {"id": row.id, "outcome": applied.outcome})
+    _mark_done(conn, [applied])
     return applied
 
 
