@@ -147,19 +147,18 @@ def server_candidates() -> dict[str, tuple[list[str], dict[str, str]]]:
     import tempfile
 
     granian = str(Path(sys.executable).with_name("granian"))
-    webhooks = str(Path(sys.executable).with_name("webhooks"))
+    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     metrics = {"PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="bench-metrics-")}
     candidates: dict[str, tuple[list[str], dict[str, str]]] = {}
-    for workers in (2, 3, 4, 6):
-        candidates[f"gunicorn sync w{workers}"] = (
-            [webhooks, "web", "--workers", str(workers), "--threads", "1"], {})
-    for workers, threads in ((2, 4), (3, 4), (2, 8), (4, 4), (4, 2)):
-        candidates[f"gunicorn gthread w{workers}x{threads}"] = (
-            [webhooks, "web", "--workers", str(workers), "--threads", str(threads)], {})
+    for workers, threads in ((2, 1), (3, 1), (2, 4), (3, 4), (4, 2)):
+        kind = "sync" if threads == 1 else "gthread"
+        candidates[f"gunicorn {kind} w{workers}x{threads}"] = (
+            [gunicorn, "--worker-class", kind, "--workers", str(workers), "--threads",
+             str(threads), "--bind", "127.0.0.1:$PORT", "ingest.server:app()"], metrics)
     for workers, threads in ((1, 8), (2, 2), (2, 4), (2, 8), (3, 2), (3, 4), (4, 4)):
         candidates[f"granian wsgi w{workers}x{threads}"] = (
             [granian, "--interface", "wsgi", "--factory", "--host", "127.0.0.1",
              "--port", "$PORT", "--workers", str(workers), "--blocking-threads", str(threads),
-             "--no-ws", "--log-level", "warning", "benchmarks.wsgi_candidates:app"], metrics)
+             "--no-ws", "--log-level", "warning", "ingest.server:app"], metrics)
     wanted = os.environ.get("BENCH_SERVERS")  # a regular expression, to run a few
     return {k: v for k, v in candidates.items() if not wanted or re.search(wanted, k)}

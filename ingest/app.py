@@ -28,7 +28,10 @@ def create_app(settings: Settings | None = None) -> Flask:
 
 
 def _http_error(error: HTTPException) -> tuple[Response, int]:
-    return jsonify({"error": error.description}), error.code or 500
+    response = jsonify({"error": error.description})
+    if error.code == 413:  # werkzeug's cap on a streamed body: the rest is left unread
+        webhooks.close_connection(response)
+    return response, error.code or 500
 
 
 def _unexpected_error(error: Exception) -> tuple[Response, int]:

@@ -1,68 +1,55 @@
-"""Run the ingest under gunicorn (the Procfile's `web`), from Python so settings are
-validated, and the embedded defaults resolved, before any worker starts."""
+"""Run the ingest under granian (the Procfile's `web`), from Python so settings are
+validated, and the embedded defaults resolved, before any server process starts.
+
+granian was chosen by measurement (`python -m benchmarks --only servers`; numbers in
+benchmarks/results/README.md): its HTTP layer is Rust, so a delivery costs the web about
+0.7 ms of CPU against 1.1 under gunicorn's gthread workers, on the same Flask app.
+"""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from gunicorn.app.base import BaseApplication
+from granian.constants import Interfaces
+from granian.server import Server
 
 from shared.settings import Settings
 
-
-class IngestServer(BaseApplication):  # type: ignore[misc]
-    def __init__(self, settings: Settings, options: dict[str, Any]) -> None:
-        self.settings = settings
-        self.options = options
-        super().__init__()
-
-    def load_config(self) -> None:
-        for key, value in self.options.items():
-            self.cfg.set(key, value)
-
-    def load(self) -> Any:
-        from ingest.app import create_app
-        from shared.logs import configure_logging
-
-        configure_logging(self.settings)
-        return create_app(self.settings)
+APP = "ingest.server:app"
 
 
-def _child_exit(server: Any, worker: Any) -> None:
-    from prometheus_client import multiprocess
+def app() -> Any:
+    """The WSGI app as each server process builds it (granian imports this, factory=True)."""
+    from ingest.app import create_app
+    from shared.logs import configure_logging
 
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
-
-
-def _close_when_oversized(limit: int) -> Any:
-    """A body over the limit is refused (413) from its Content-Length, unread. gunicorn
-    drains at most 64 kB of an unread body before reusing the connection and otherwise
-    drops it, after a 413 that said `Connection: keep-alive`: a client that reuses it
-    loses its next request. Mark such a request's connection to close, and say so."""
-
-    def pre_request(worker: Any, req: Any) -> None:
-        for name, value in req.headers:
-            if name == "CONTENT-LENGTH" and value.isdigit() and int(value) > limit:
-                req.force_close()
-
-    return pre_request
+    settings = Settings.from_env()
+    configure_logging(settings)
+    return create_app(settings)
 
 
 def serve(settings: Settings, workers: int, threads: int, host: str = "0.0.0.0") -> None:  # noqa: S104
-    options = {
-        "bind": f"{host}:{settings.port}",
-        "workers": workers,
-        "threads": threads,
-        "worker_class": "gthread" if threads > 1 else "sync",
-        "keepalive": 5,
-        "timeout": 30,
-        "graceful_timeout": 10,
-        "accesslog": None,
-        "child_exit": _child_exit,
-        "pre_request": _close_when_oversized(settings.max_body_bytes),
-        "preload_app": False,
-        "control_socket_disable": True,  # several web processes may share a host
-    }
-    IngestServer(settings, options).run()
+    from shared.logs import configure_logging
+
+    configure_logging(settings)
+    Server(
+        APP,
+        factory=True,
+        interface=Interfaces.WSGI,
+        address=host,
+        port=settings.port,
+        workers=workers,
+        # The app's threads per process: requests beyond them wait in the server, unread.
+        blocking_threads=threads,
+        websockets=False,
+        # A server process that dies (killed, out of memory) is replaced, as gunicorn's
+        # arbiter did; without this granian stops the whole server.
+        respawn_failed_workers=True,
+        respawn_interval=1.0,
+        # SIGTERM: stop accepting, finish requests in flight, then exit; a process still
+        # busy after this long is killed (each request is one short transaction).
+        workers_kill_timeout=10,
+        # The server's own lines (listening, process started or replaced) go through the
+        # root logger, in LOG_FORMAT like every other line.
+        log_dictconfig={"loggers": {"_granian": {"propagate": True}}},
+    ).serve()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import multiprocessing.util
 import queue
 import threading
 import time
@@ -58,7 +59,11 @@ class Waker:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="waker", daemon=True)
                 self._thread.start()
+                # On exit, send what is queued: atexit for a plain process, a
+                # multiprocessing finalizer for a server's forked process (which skips
+                # atexit).
                 atexit.register(self.close)
+                multiprocessing.util.Finalize(self, self.close, exitpriority=10)
 
     def _run(self) -> None:
         while True:

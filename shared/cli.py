@@ -71,18 +71,16 @@ def migrate() -> None:
 
 
 @main.command()
-@click.option("--workers", type=click.IntRange(1), default=None,
-              help="Server processes (default $WEB_CONCURRENCY or 3).")
-@click.option("--threads", type=click.IntRange(1), default=None,
-              help="Threads per process (default $WEB_THREADS or 4).")
-def web(workers: int | None, threads: int | None) -> None:
-    """The ingest HTTP server on $PORT."""
+@click.option("--workers", type=click.IntRange(1), default=2, show_default=True,
+              envvar="WEB_CONCURRENCY", help="Server processes ($WEB_CONCURRENCY).")
+@click.option("--threads", type=click.IntRange(1), default=4, show_default=True,
+              envvar="WEB_THREADS", help="App threads per process ($WEB_THREADS).")
+def web(workers: int, threads: int) -> None:
+    """The ingest HTTP server (granian) on $PORT."""
     settings = _resolve_embedded(load_settings())
     _metrics_dir("web")
     from ingest.server import serve
 
-    workers = workers or int(os.environ.get("WEB_CONCURRENCY", "3"))
-    threads = threads or int(os.environ.get("WEB_THREADS", "4"))
     serve(settings, workers=workers, threads=threads)
 
 

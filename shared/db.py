@@ -42,7 +42,10 @@ def create_engine(
 ) -> Engine:
     """An engine with our connection settings. autocommit: every statement is its own
     transaction, committed before execute returns (the ingest's engine, for fetch_one)."""
-    options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
+    # With autocommit no transaction outlives a statement: nothing to roll back when a
+    # connection returns to the pool.
+    options: dict[str, Any] = ({"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None}
+                               if autocommit else {})
     return sa.create_engine(
         url or database_url(settings),
         **options,

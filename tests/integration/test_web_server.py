@@ -1,0 +1,127 @@
+"""`webhooks web` as deployed (granian serving the Flask app): what the server adds to
+the app, on a real process, over real sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from shared.settings import Settings
+from tests import factories, processes
+from tests.conftest import STRIPE_SECRET
+
+MAX_BODY = 4096
+
+
+@pytest.fixture()
+def server(settings: Settings, clean_db,  # type: ignore[no-untyped-def]
+           tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = processes.free_port()
+    env = {"DATABASE_URL": settings.database_url or "", "BROKER_URL": settings.broker_url or "",
+           "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET, "MAX_BODY_BYTES": str(MAX_BODY),
+           "PORT": str(port)}
+    process = processes.start(["web", "--workers", "2", "--threads", "2"], env,
+                              tmp_path / "web.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        processes.wait_http(f"{base}/healthz")
+        yield base, process
+    finally:
+        processes.stop(process)
+
+
+def delivery(event_id: str) -> tuple[bytes, dict[str, str]]:
+    body = json.dumps(factories.stripe_event("invoice.paid", factories.invoice(),
+                                             event_id=event_id)).encode()
+    return body, {"Stripe-Signature": factories.stripe_signature(body, STRIPE_SECRET),
+                  "Content-Type": "application/json"}
+
+
+def test_oversized_is_refused_before_the_body_is_sent_and_the_connection_closed(server) -> None:  # type: ignore[no-untyped-def]
+    base, _ = server
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        # Headers only: a body of MAX_BODY + 1 bytes is announced and never sent.
+        sock.sendall(f"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                     f"{MAX_BODY + 1}\r\nStripe-Signature: t=1,v1=00\r\n\r\n".encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(4096)
+            assert chunk, "the connection closed without an answer"
+            answer += chunk
+        head = answer.split(b"\r\n\r\n")[0].decode().lower()
+        assert head.startswith("http/1.1 413")
+        assert "connection: close" in head
+        # The server then closes its side rather than read (or wait for) the body.
+        sock.settimeout(5)
+        while sock.recv(4096):
+            pass
+
+
+def test_a_keep_alive_client_goes_on_after_a_413(server, clean_db) -> None:  # type: ignore[no-untyped-def]
+    base, _ = server
+    session = requests.Session()
+    body, headers = delivery("evt_after_413")
+    too_big = body[:-1] + b', "pad": "' + b"x" * MAX_BODY + b'"}'
+    assert session.post(f"{base}/webhooks/stripe", data=too_big, headers=headers,
+                        timeout=10).status_code == 413
+    answer = session.post(f"{base}/webhooks/stripe", data=body, headers=headers, timeout=10)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["duplicate"] is False
+
+
+def server_processes(process: subprocess.Popen[bytes]) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True)
+    return [int(pid) for pid in out.stdout.split()]
+
+
+def test_a_killed_server_process_is_replaced(server) -> None:  # type: ignore[no-untyped-def]
+    base, process = server
+    before = server_processes(process)
+    assert len(before) == 2
+    os.kill(before[0], signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        now = server_processes(process)
+        if len(now) == 2 and before[0] not in now:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"server processes {before} -> {server_processes(process)}")
+    assert process.poll() is None
+    body, headers = delivery("evt_after_kill")
+    for _ in range(4):  # both processes answer
+        assert requests.post(f"{base}/webhooks/stripe", data=body, headers=headers,
+                             timeout=10).status_code == 200
+
+
+def test_sigterm_stops_the_server_cleanly(server) -> None:  # type: ignore[no-untyped-def]
+    _, process = server
+    os.killpg(process.pid, signal.SIGTERM)
+    assert process.wait(20) == 0
+
+
+def test_a_body_cut_short_is_400_and_writes_nothing(server, clean_db) -> None:  # type: ignore[no-untyped-def]
+    base, _ = server
+    port = int(base.rsplit(":", 1)[1])
+    body, headers = delivery("evt_cut_short")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}"
+                     f"\r\nStripe-Signature: {headers['Stripe-Signature']}\r\n\r\n".encode()
+                     + body[:-10])
+        sock.shutdown(socket.SHUT_WR)  # the client stops sending, 10 bytes short
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    with clean_db.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM webhook_events").scalar_one() == 0
