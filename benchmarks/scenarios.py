@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import re
 import tempfile
-import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -276,61 +274,26 @@ def _scalar(target: stack.Target, sql: str) -> Any:
 # --- end to end -----------------------------------------------------------------------
 
 
-class DonePoller:
-    """Watches jobs become `done`, recording when each event was first seen applied.
-
-    Polls every `interval` s from the lowest job id not yet done, so each query reads only
-    the jobs in flight; the time seen is late by at most one interval plus a query."""
-
-    def __init__(self, target: stack.Target, interval: float = 0.005) -> None:
-        self.engine = target.engine()
-        self.interval = interval
-        self.seen: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> DonePoller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.engine.dispose()
-
-    def _run(self) -> None:
-        low = 0
-        gaps: dict[int, float] = {}  # ids not visible yet (inserts in flight): since when
-        query = sa.text("SELECT id, event_id, status FROM jobs WHERE id >= :low ORDER BY id")
-        with self.engine.connect() as conn:
-            while not self._stop.is_set():
-                rows = conn.execute(query, {"low": low}).all()
+def wait_applied(target: stack.Target, event_ids: list[str],
+                 timeout: float) -> dict[str, float]:
+    """When each event's job was applied: its finished_at (epoch seconds), written by the
+    done mark, the last statement of the job's transaction. Waits for all to finish; reads
+    nothing while the load runs, so measuring costs the measured processes no CPU."""
+    query = sa.text("SELECT event_id, extract(epoch FROM finished_at) FROM jobs "
+                    "WHERE event_id = ANY(:ids) AND status = 'done'")
+    count = sa.text("SELECT count(*) FROM jobs WHERE event_id = ANY(:ids) "
+                    "AND status <> 'pending'")
+    engine = target.engine()
+    deadline = time.monotonic() + timeout
+    try:
+        with engine.connect() as conn:
+            while (time.monotonic() < deadline
+                   and conn.execute(count, {"ids": event_ids}).scalar_one() < len(event_ids)):
                 conn.rollback()
-                now = time.time()
-                for row in rows:
-                    if row.status == "done" and row.event_id not in self.seen:
-                        self.seen[row.event_id] = now
-                low = self._next_low(low, rows, gaps, now)
-                time.sleep(self.interval)
-
-    @staticmethod
-    def _next_low(low: int, rows: Sequence[Any], gaps: dict[int, float], now: float) -> int:
-        """The lowest id that may still become done: a pending job, or an id below the
-        highest one seen that is not visible yet (a transaction that commits later; an id
-        missing for 5 s was rolled back)."""
-        if not rows:
-            return low
-        present = {row.id for row in rows}
-        waiting = [row.id for row in rows if row.status == "pending"]
-        for missing in set(range(low, rows[-1].id)) - present:
-            if now - gaps.setdefault(missing, now) < 5:
-                waiting.append(missing)
-        return min(waiting) if waiting else rows[-1].id + 1
-
-    def wait_for(self, event_ids: list[str], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(e not in self.seen for e in event_ids):
-            time.sleep(0.05)
+                time.sleep(0.1)
+            return {row[0]: float(row[1]) for row in conn.execute(query, {"ids": event_ids})}
+    finally:
+        engine.dispose()
 
 
 def end_to_end(target: stack.Target, plan: Plan) -> dict[str, Any]:
@@ -339,19 +302,20 @@ def end_to_end(target: stack.Target, plan: Plan) -> dict[str, Any]:
     worker_process = stack.start("worker-e2e", ["worker", *plan.worker_args], target)
     try:
         _wait_ready(target.logs / "worker-e2e.log", worker_process)
-        with _web(target, plan, name="web-e2e") as (base, web), DonePoller(target) as poller:
+        with _web(target, plan, name="web-e2e") as (base, web):
             load.open_loop(base, 100, plan.warmup_seconds, stack.STRIPE_SECRET)
             for rate in plan.rates:
                 loadavg = stack.load_average()
                 cpu_web, cpu_worker = web.cpu_seconds(), worker_process.cpu_seconds()
                 sent, errors = load.open_loop(base, rate, plan.e2e_seconds, stack.STRIPE_SECRET)
-                poller.wait_for([s.event_id for s in sent], timeout=60)
+                applied = wait_applied(target, [s.event_id for s in sent], timeout=60)
+                cpu_web, cpu_worker = (web.cpu_seconds() - cpu_web,
+                                       worker_process.cpu_seconds() - cpu_worker)
                 per_event = 1000 / max(len(sent), 1)
-                cpu = {"web_cpu_ms_per_event": round((web.cpu_seconds() - cpu_web) * per_event, 3),
-                       "worker_cpu_ms_per_event":
-                       round((worker_process.cpu_seconds() - cpu_worker) * per_event, 3)}
-                delays = [(poller.seen[s.event_id] - s.acked_at) * 1000 for s in sent
-                          if s.event_id in poller.seen]
+                cpu = {"web_cpu_ms_per_event": round(cpu_web * per_event, 3),
+                       "worker_cpu_ms_per_event": round(cpu_worker * per_event, 3)}
+                delays = [(applied[s.event_id] - s.acked_at) * 1000 for s in sent
+                          if s.event_id in applied]
                 rows[str(rate)] = {
                     "rate": rate, "acked": len(sent), "errors": errors,
                     "achieved_rate": round(len(sent) / plan.e2e_seconds, 1),
@@ -364,5 +328,5 @@ def end_to_end(target: stack.Target, plan: Plan) -> dict[str, Any]:
         stack.stop(worker_process)
     stack.reset(target)
     return {"rates": rows, "memory": web.memory_report() + worker_process.memory_report(),
-            "poll_interval_ms": 5}
+            "applied_at": "jobs.finished_at"}
 

@@ -60,6 +60,15 @@ JobClaimDue = text("""
     ORDER BY j.run_at, j.id
 """)
 
+# Of a batch's lock keys (the customers its jobs touch), those that no other open batch
+# holds, now held by this one until it commits. pg_try_*: never waits. Two batches then
+# never queue on each other's accounts; a job whose key is taken waits for a later claim.
+JobKeysTaken = text("""
+    SELECT key FROM unnest(CAST(:keys AS text[])) AS key
+    WHERE pg_try_advisory_xact_lock(:space, hashtext(key))
+""")
+JOB_KEY_LOCK_SPACE = 0x77686B  # the first half of the two-int advisory lock key
+
 # Claim one named job (a message's job) if it is due; the same locking rule.
 JobClaimById = text("""
     SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at
@@ -73,8 +82,11 @@ JobClaimById = text("""
 
 # Jobs marked done with their outcomes, in the transaction of their handlers' writes: a
 # batch's in one statement. Guarded by status = 'pending': a job is completed once.
+# finished_at is this statement's time, the transaction's last before COMMIT (now() would
+# be the time the batch began).
 JobMarkDoneMany = text("""
-    UPDATE jobs SET status = 'done', attempts = attempts + 1, finished_at = now(),
+    UPDATE jobs SET status = 'done', attempts = attempts + 1,
+                    finished_at = statement_timestamp(),
                     outcome = done.outcome, last_error = NULL
     FROM unnest(CAST(:ids AS bigint[]), CAST(:outcomes AS text[])) AS done (id, outcome)
     WHERE jobs.id = done.id AND jobs.status = 'pending'
@@ -90,7 +102,7 @@ JobMarkRetry = text("""
 
 JobMarkFailed = text("""
     UPDATE jobs SET status = 'failed', attempts = attempts + 1, last_error = :error,
-                    finished_at = now()
+                    finished_at = statement_timestamp()
     WHERE id = :id AND status = 'pending'
 """)
 

@@ -49,7 +49,7 @@ def process_jobs(job_id: int | None = None) -> None:
     commit sent this wake-up (for the logs); whichever jobs are due get claimed."""
     result = jobs.process_batch(engine(), settings, limit=JOB_BATCH_SIZE)
     if result.emails_queued:
-        wakeups.wake_outbox(broker, 1)
+        _wake_outbox()
     for retried_id, delay in result.retried:
         wakeups.wake_jobs(broker, [retried_id], delay=delay)
     if result.deferred:
@@ -64,7 +64,19 @@ def process_jobs(job_id: int | None = None) -> None:
 # at once cost a drain of 20,000 invoices ~15%: benchmarks/).
 _outbox_running = threading.Lock()
 OUTBOX_LOOP_SECONDS = 60.0
+# Between two rounds of a dispatch that found fewer emails than a full claim, emails gather
+# this long: at a steady rate, one claim and one mark carry several batches' emails.
+OUTBOX_GATHER_SECONDS = 0.05
 _outbox_due = threading.Event()
+
+
+def _wake_outbox() -> None:
+    """After a batch committed emails: a dispatch running in this process takes them (it
+    looks at _outbox_due again after it lets go of _outbox_running), else a message wakes
+    a dispatch in some worker process."""
+    _outbox_due.set()
+    if not _outbox_running.locked():
+        wakeups.wake_outbox(broker, 1)
 
 
 @dramatiq.actor(queue_name=wakeups.OUTBOX_QUEUE, actor_name=wakeups.DISPATCH_OUTBOX,
@@ -87,5 +99,7 @@ def dispatch_outbox() -> None:
                 result = outbox.dispatch_due(engine(), settings)
                 if result.more:
                     wakeups.wake_outbox(broker, 1)  # here again, or another process
+                elif result.claimed:
+                    time.sleep(OUTBOX_GATHER_SECONDS)
         finally:
             _outbox_running.release()

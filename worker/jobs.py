@@ -114,7 +114,7 @@ def process_batch(
         with db.transaction(engine) as conn:
             limit = pace.claim_limit(limit, budget_seconds)
             rows = conn.execute(queries.JobClaimDue, {"limit": limit}).all()
-            ordered = sorted(rows, key=_lock_order)
+            ordered = _not_held_elsewhere(conn, sorted(rows, key=_lock_order))
             for row in ordered:
                 if applied and time.monotonic() - started > budget_seconds:
                     break
@@ -154,6 +154,20 @@ def _lock_order(row: Any) -> tuple[str, str, str, int]:
         return ("", "", "", row.id)
     return (str(obj.get("customer") or ""), str(obj.get("currency") or "").lower(),
             str(obj.get("id") or ""), row.id)
+
+
+def _not_held_elsewhere(conn: Connection, ordered: list[Any]) -> list[Any]:
+    """The jobs whose customer (or object) no other batch holds, the key now held by this
+    one: a batch does not wait for another's commit, which under load chained batches
+    into convoys (ack-to-applied p99 at 500 events/s: benchmarks/results/README.md).
+    The others stay pending, for a later claim."""
+    keys = {row.id: _lock_order(row)[0] or _lock_order(row)[2] for row in ordered}
+    wanted = sorted({key for key in keys.values() if key})
+    if not wanted:
+        return ordered
+    taken = {row[0] for row in conn.execute(queries.JobKeysTaken, {
+        "keys": wanted, "space": queries.JOB_KEY_LOCK_SPACE})}
+    return [row for row in ordered if not keys[row.id] or keys[row.id] in taken]
 
 
 def _context(conn: Connection, settings: Settings, row: Any) -> handlers.JobContext:

@@ -154,13 +154,13 @@ def test_retry_delay_doubles_with_jitter_and_caps_at_an_hour() -> None:
     assert jobs.retry_delay(40, 2.0, rng) <= 3600
 
 
-def test_batches_lock_accounts_in_one_order_so_crossing_batches_do_not_deadlock(
+def test_a_batch_skips_the_customers_another_batch_holds_so_batches_never_queue(
     clean_db: Engine, settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two batches over the same ten accounts, claimed in opposite customer orders (ids
     1-10: cus_0..cus_9, ids 11-20: cus_9..cus_0), each holding every account it touched
-    until it commits. Run in claim order they would deadlock (and roll back, and fall back
-    to one job at a time); run in the customer order they queue and both commit."""
+    until it commits. The second batch neither deadlocks with the first nor waits for it:
+    it leaves the jobs of customers the first holds pending, for a later claim."""
 
     @handlers.handler("stripe", "test.hold_account")
     def hold_account(ctx: JobContext) -> None:
@@ -172,20 +172,23 @@ def test_batches_lock_accounts_in_one_order_so_crossing_batches_do_not_deadlock(
     for customer in customers + customers[::-1]:
         factories.insert_event_and_job(clean_db, factories.stripe_event(
             "test.hold_account", {"customer": customer, "currency": "usd"}))
-    results: list[jobs.BatchResult] = []
-
-    def drain() -> None:
-        results.append(jobs.process_batch(clean_db, settings, limit=10, budget_seconds=30))
-
-    first = threading.Thread(target=drain)
+    first_result: list[jobs.BatchResult] = []
+    first = threading.Thread(target=lambda: first_result.append(
+        jobs.process_batch(clean_db, settings, limit=10, budget_seconds=30)))
     first.start()
-    time.sleep(0.1)  # the first batch has claimed ids 1-10 and locked cus_0
-    second = threading.Thread(target=drain)
-    second.start()
+    time.sleep(0.1)  # the first batch has claimed ids 1-10: it holds cus_0..cus_9
+    started = time.monotonic()
+    second = jobs.process_batch(clean_db, settings, limit=10, budget_seconds=30)
+    waited, first_still_open = time.monotonic() - started, first.is_alive()
     first.join()
-    second.join()
-    assert sorted(r.done for r in results) == [10, 10]
+    # Waiting for the first batch's accounts would have taken until its commit (>= 0.2 s).
+    assert waited < 0.15, waited
+    assert first_still_open, "the first batch ended too soon for the test to mean anything"
+    assert (second.claimed, second.done, second.more) == (10, 0, True)
+    assert first_result[0].done == 10
     assert "batch rolled back" not in caplog.text
+    later = jobs.process_batch(clean_db, settings, limit=10, budget_seconds=30)
+    assert later.done == 10
     assert scalar(clean_db, "SELECT count(*) FROM jobs WHERE status = 'done'") == 20
 
 
@@ -201,9 +204,9 @@ def test_a_batch_commits_its_jobs_together_and_stops_after_its_time_budget(
     result = jobs.process_batch(clean_db, settings, limit=20, budget_seconds=0.12)
     # every due job claimed (10 of 20), a few applied: the rest need another wake-up
     assert 2 <= result.done <= 4 and result.claimed == 10 and result.more
-    finished = {row[0] for row in _rows(clean_db, "SELECT finished_at FROM jobs "
-                                                  "WHERE status = 'done'")}
-    assert len(finished) == 1  # one transaction: one now() for every job it completed
+    writers = {row[0] for row in _rows(clean_db, "SELECT xmin::text FROM jobs "
+                                                 "WHERE status = 'done'")}
+    assert len(writers) == 1  # one transaction completed every job it applied
     assert scalar(clean_db, "SELECT count(*) FROM jobs WHERE status = 'pending'") == (
         10 - result.done)
 
