@@ -58,48 +58,34 @@ def process_jobs(job_id: int | None = None) -> None:
         wakeups.wake_jobs(broker, [job_id or 0])  # more may be due: keep draining
 
 
-# One outbox dispatch at a time per process. Wake-ups that arrive meanwhile set _outbox_due
-# and return: the running dispatch runs again for them. Concurrent dispatches in one
-# process would only split the due emails into smaller claims and Postmark batches (four
-# at once cost a drain of 20,000 invoices ~15%: benchmarks/).
-_outbox_running = threading.Lock()
+# Wake-ups for emails go to the dispatch loop running in this process when there is one.
+_outbox_dispatch = outbox.OneDispatchPerProcess()
+# Well inside the actor's time limit: a message that ran on for ever would be interrupted
+# at an arbitrary point.
 OUTBOX_LOOP_SECONDS = 60.0
 # Between two rounds of a dispatch that found fewer emails than a full claim, emails gather
 # this long: at a steady rate, one claim and one mark carry several batches' emails.
 OUTBOX_GATHER_SECONDS = 0.05
-_outbox_due = threading.Event()
 
 
 def _wake_outbox() -> None:
-    """After a batch committed emails: a dispatch running in this process takes them (it
-    looks at _outbox_due again after it lets go of _outbox_running), else a message wakes
-    a dispatch in some worker process."""
-    _outbox_due.set()
-    if not _outbox_running.locked():
+    """After a batch committed emails: the dispatch running in this process takes them,
+    else a message wakes a dispatch in some worker process."""
+    if _outbox_dispatch.mark_due():
         wakeups.wake_outbox(broker, 1)
+
+
+def _outbox_round() -> None:
+    result = outbox.dispatch_due(engine(), settings)
+    if result.more:
+        wakeups.wake_outbox(broker, 1)  # here again, or another process
+    elif result.claimed:
+        time.sleep(OUTBOX_GATHER_SECONDS)
 
 
 @dramatiq.actor(queue_name=wakeups.OUTBOX_QUEUE, actor_name=wakeups.DISPATCH_OUTBOX,
                 max_retries=0, time_limit=300_000)
 def dispatch_outbox() -> None:
     """Send due outbox emails through Postmark (or the log), once per idempotency key."""
-    _outbox_due.set()
-    while _outbox_due.is_set():
-        if not _outbox_running.acquire(blocking=False):
-            return  # the dispatch running in this process will see _outbox_due
-        try:
-            # Well inside the actor's time limit: a message that ran on for ever would be
-            # interrupted at an arbitrary point.
-            deadline = time.monotonic() + OUTBOX_LOOP_SECONDS
-            while _outbox_due.is_set():
-                if time.monotonic() > deadline:
-                    wakeups.wake_outbox(broker, 1)  # a fresh message carries on
-                    return
-                _outbox_due.clear()
-                result = outbox.dispatch_due(engine(), settings)
-                if result.more:
-                    wakeups.wake_outbox(broker, 1)  # here again, or another process
-                elif result.claimed:
-                    time.sleep(OUTBOX_GATHER_SECONDS)
-        finally:
-            _outbox_running.release()
+    if not _outbox_dispatch.run(_outbox_round, OUTBOX_LOOP_SECONDS):
+        wakeups.wake_outbox(broker, 1)  # a fresh message carries on

@@ -17,13 +17,15 @@ savepoint around the handler so that a failed attempt is recorded in the same tr
 as its rollback. Handlers may not have effects outside the database (see worker.handlers),
 so running one twice this way is invisible.
 
-Deadlocks: a batch holds the business rows of all its jobs until it commits, so two
-batches must take them in one global order. A batch runs its jobs sorted by the
-customer, currency and id of the event's data.object (what the reference handlers lock); a
-handler that locks something else can still deadlock, and Postgres then aborts one batch,
-whose jobs run one at a time. A batch also stops taking new jobs after BATCH_SECONDS, and
-claims only as many as it can apply in that time (Pace), so slow handlers neither keep
-locks long nor keep claimed jobs from idle workers.
+Locks: a batch holds the business rows of all its jobs until it commits. It first takes
+(with advisory try-locks, never waiting) the customer, or else the object id, of each job's
+data.object, and leaves for a later claim the jobs whose key another open batch holds: two
+batches never queue on one account. It runs its jobs sorted by the customer, currency and
+id of data.object (what the reference handlers lock), so that batches take any other rows
+in one global order; a handler that locks something else can still deadlock, and Postgres
+then aborts one batch, whose jobs run one at a time. A batch also stops taking new jobs
+after BATCH_SECONDS, and claims only as many as it can apply in that time (Pace), so slow
+handlers neither keep locks long nor keep claimed jobs from idle workers.
 """
 
 from __future__ import annotations
@@ -161,7 +163,10 @@ def _not_held_elsewhere(conn: Connection, ordered: list[Any]) -> list[Any]:
     one: a batch does not wait for another's commit, which under load chained batches
     into convoys (ack-to-applied p99 at 500 events/s: benchmarks/results/README.md).
     The others stay pending, for a later claim."""
-    keys = {row.id: _lock_order(row)[0] or _lock_order(row)[2] for row in ordered}
+    keys: dict[int, str] = {}
+    for row in ordered:
+        customer, _, object_id, _ = _lock_order(row)
+        keys[row.id] = customer or object_id
     wanted = sorted({key for key in keys.values() if key})
     if not wanted:
         return ordered
