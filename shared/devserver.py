@@ -66,9 +66,11 @@ def run(settings: Settings) -> int:
     command = [sys.executable, "-m", "shared.cli"]
     subprocess.run([*command, "migrate"], env=env, check=True)
     children = {
-        "web": subprocess.Popen([*command, "web", "--workers", "2"], env=env),
-        "worker": subprocess.Popen([*command, "worker", "--processes", "1", "--threads", "4"],
-                                   env=env),
+        # The web in a process group of its own: Ctrl-C reaches only `dev`, which stops it
+        # with one SIGTERM. A SIGINT from the terminal to granian's parent and its server
+        # processes at once sometimes left one of them to be killed after 10 s.
+        "web": subprocess.Popen([*command, "web", "--workers", "2"], env=env, process_group=0),
+        "worker": subprocess.Popen([*command, "worker", "--processes", "1"], env=env),
         "clock": subprocess.Popen([*command, "clock"], env=env),
     }
     _banner(settings, env)
@@ -112,8 +114,8 @@ def _supervise(children: dict[str, subprocess.Popen[bytes]]) -> int:
         nonlocal stopping
         stopping = True
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
     status = 0
     while not stopping:
         for name, child in children.items():

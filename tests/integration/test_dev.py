@@ -35,7 +35,7 @@ def test_dev_runs_everything_embedded_and_processes_a_sent_event(tmp_path: Path)
     env.update({"PORT": str(port), "SWEEP_INTERVAL_SECONDS": "1", "PYTHONPATH": str(clone)})
     log = (tmp_path / "dev.log").open("wb")
     dev = subprocess.Popen([sys.executable, "-m", "shared.cli", "dev"], cwd=clone, env=env,
-                           stdout=log, stderr=subprocess.STDOUT)
+                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     data_dir = clone / ".webhooks"
     try:
         processes.wait_http(f"http://127.0.0.1:{port}/readyz", timeout=120)
@@ -59,9 +59,11 @@ def test_dev_runs_everything_embedded_and_processes_a_sent_event(tmp_path: Path)
                                capture_output=True, text=True, timeout=60)
         assert stats.returncode == 0 and "received" in stats.stdout
     finally:
-        dev.send_signal(signal.SIGINT)  # Ctrl-C
+        os.killpg(dev.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
         try:
             assert dev.wait(60) == 0
+            # Every process stopped cleanly (none killed at the end of a grace period).
+            assert "refused to gracefully stop" not in (tmp_path / "dev.log").read_text()
         finally:
             if dev.poll() is None:
                 dev.kill()
