@@ -11,14 +11,15 @@ from shared import db
 from shared.settings import Settings
 
 
-def create_app(settings: Settings | None = None) -> Flask:
+def create_app(settings: Settings | None = None, *, threads: int = 4) -> Flask:
+    """threads: the server's app threads in this process; each may hold one connection."""
     settings = settings or Settings.from_env()
     app = Flask(__name__)
     # One byte over the limit: werkzeug caps a streamed (chunked) body at this, and
     # webhooks._read_body must be able to read limit + 1 bytes to tell "over" from "at".
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
     app.extensions["settings"] = settings
-    app.extensions["engine"] = db.create_engine(settings, pool_size=4, autocommit=True)
+    app.extensions["engine"] = db.create_engine(settings, pool_size=threads, autocommit=True)
     app.extensions["waker"] = Waker(settings)
     app.register_blueprint(webhooks.blueprint)
     app.register_blueprint(health.blueprint)

@@ -8,6 +8,7 @@ benchmarks/results/README.md): its HTTP layer is Rust, so a delivery costs the w
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from granian.constants import Interfaces
@@ -16,6 +17,8 @@ from granian.server import Server
 from shared.settings import Settings
 
 APP = "ingest.server:app"
+# How serve() tells the server processes (forked, with this environment) their threads.
+THREADS_VARIABLE = "WEB_THREADS"
 
 
 def app() -> Any:
@@ -25,13 +28,14 @@ def app() -> Any:
 
     settings = Settings.from_env()
     configure_logging(settings)
-    return create_app(settings)
+    return create_app(settings, threads=int(os.environ.get(THREADS_VARIABLE, "4")))
 
 
 def serve(settings: Settings, workers: int, threads: int, host: str = "0.0.0.0") -> None:  # noqa: S104
     from shared.logs import configure_logging
 
     configure_logging(settings)
+    os.environ[THREADS_VARIABLE] = str(threads)  # the app's pool: a connection per thread
     Server(
         APP,
         factory=True,

@@ -219,3 +219,8 @@ def test_twenty_processes_deliver_the_same_event_at_once(  # type: ignore[no-unt
     assert count(clean_db, "webhook_events") == 1
     assert count(clean_db, "jobs") == 1
     assert count(clean_db, "webhook_duplicates") == 23
+
+
+def test_the_pool_has_a_connection_for_each_server_thread(settings, clean_db) -> None:  # type: ignore[no-untyped-def]
+    engine = create_app(settings, threads=12).extensions["engine"]
+    assert engine.pool.size() == 12  # a thread never waits for a connection (nor gets 503)
