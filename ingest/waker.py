@@ -13,7 +13,6 @@ ids not yet sent, the jobs are already committed and the clock's sweeper wakes a
 
 from __future__ import annotations
 
-import atexit
 import logging
 import multiprocessing.util
 import queue
@@ -64,10 +63,9 @@ class Waker:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="waker", daemon=True)
                 self._thread.start()
-                # On exit, send what is queued: atexit for a plain process, a
-                # multiprocessing finalizer for a server's forked process (which skips
-                # atexit).
-                atexit.register(self.close)
+                # On exit, send what is queued. A multiprocessing finalizer runs both at a
+                # plain process's exit (multiprocessing hooks atexit) and at the exit of a
+                # server's forked process, which skips atexit.
                 multiprocessing.util.Finalize(self, self.close, exitpriority=10)
 
     def _run(self) -> None:

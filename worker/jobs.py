@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -116,7 +117,7 @@ def process_batch(
         with db.transaction(engine) as conn:
             limit = pace.claim_limit(limit, budget_seconds)
             rows = conn.execute(queries.JobClaimDue, {"limit": limit}).all()
-            ordered = _not_held_elsewhere(conn, sorted(rows, key=_lock_order))
+            ordered = _runnable(conn, rows)
             for row in ordered:
                 if applied and time.monotonic() - started > budget_seconds:
                     break
@@ -158,15 +159,16 @@ def _lock_order(row: Any) -> tuple[str, str, str, int]:
             str(obj.get("id") or ""), row.id)
 
 
-def _not_held_elsewhere(conn: Connection, ordered: list[Any]) -> list[Any]:
-    """The jobs whose customer (or object) no other batch holds, the key now held by this
-    one: a batch does not wait for another's commit, which under load chained batches
-    into convoys (ack-to-applied p99 at 500 events/s: benchmarks/results/README.md).
-    The others stay pending, for a later claim."""
-    keys: dict[int, str] = {}
-    for row in ordered:
-        customer, _, object_id, _ = _lock_order(row)
-        keys[row.id] = customer or object_id
+def _runnable(conn: Connection, rows: Sequence[Any]) -> list[Any]:
+    """The claimed jobs in lock order, less those whose customer (or object) another
+    batch holds; this batch now holds the keys of the rest. A batch does not wait for
+    another's commit, which under load chained batches into convoys (ack-to-applied p99
+    at 500 events/s: benchmarks/results/README.md). The others stay pending, for a later
+    claim."""
+    orders = {row.id: _lock_order(row) for row in rows}
+    ordered = sorted(rows, key=lambda row: orders[row.id])
+    keys = {job_id: customer or object_id
+            for job_id, (customer, _, object_id, _) in orders.items()}
     wanted = sorted({key for key in keys.values() if key})
     if not wanted:
         return ordered
