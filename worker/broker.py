@@ -21,6 +21,7 @@ from dramatiq.middleware import (
 )
 
 from shared.settings import Settings
+from worker.redis_broker import NoticedRedisBroker
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def create_broker(settings: Settings, url: str | None = None) -> dramatiq.Broker
             url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=30
         )
         client = redis.Redis(connection_pool=pool)
-        broker = RedisBroker(client=client, middleware=middleware)
+        broker = NoticedRedisBroker(client=client, middleware=middleware)
     for queue in (JOBS_QUEUE, OUTBOX_QUEUE):
         broker.declare_queue(queue)
     return broker
