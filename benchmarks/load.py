@@ -2,18 +2,22 @@
 
 - closed loop at C connections: wrk (Debian's `wrk`, C, one event loop per thread) when it
   is installed, else Python processes with one keep-alive http.client connection per thread;
-- open loop at a fixed rate (the end-to-end scenario): Python threads sending on a schedule,
-  latency counted from the scheduled time so a slow server is not hidden by a slow client.
+- open loop at a fixed rate (the end-to-end scenario): one thread with non-blocking sockets
+  sending on a schedule, latency counted from the scheduled time so a slow server is not
+  hidden by a slow client.
 """
 
 from __future__ import annotations
 
+import collections
 import http.client
 import itertools
 import json
 import multiprocessing
 import os
+import selectors
 import shutil
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -185,12 +189,12 @@ class Sent:
 
 
 def open_loop(base: str, rate: float, seconds: float, secret: str,
-              threads: int = 32) -> tuple[list[Sent], int]:
+              connections: int = 32) -> tuple[list[Sent], int]:
     """Deliver `rate` events/s for `seconds` in a child process; (acked, errors)."""
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_open_process,
-                            args=(queue, base, rate, seconds, secret, threads))
+                            args=(queue, base, rate, seconds, secret, connections))
     child.start()
     sent, errors = queue.get(timeout=seconds + 120)
     child.join()
@@ -198,38 +202,144 @@ def open_loop(base: str, rate: float, seconds: float, secret: str,
 
 
 def _open_process(queue: Any, base: str, rate: float, seconds: float, secret: str,
-                  threads: int) -> None:
+                  connections: int) -> None:
     run = uuid.uuid4().hex[:10]
-    total = int(rate * seconds)
-    # Signed before the clock starts: the generator shares the cores with what it measures.
-    deliveries = [signed_delivery(run, n, secret) for n in range(total)]
-    tickets = itertools.count()
-    start_at = time.time() + 0.2
-    sent: list[tuple[str, float, float]] = []
-    errors = [0]
     parts = urlsplit(base)
+    address = (parts.hostname or "127.0.0.1", parts.port or 80)
+    # Requests are built and signed before the clock starts: the generator shares the cores
+    # with what it measures.
+    requests = [_request_bytes(address, *signed_delivery(run, n, secret))
+                for n in range(int(rate * seconds))]
+    generator = _OpenLoop(address, requests, rate, connections)
+    generator.run(time.time() + 0.2)
+    queue.put((generator.sent, generator.errors))
 
-    def sender() -> None:
-        connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port,
-                                                timeout=10)
-        while (n := next(tickets)) < total:
-            event_id, body, headers = deliveries[n]
-            due = start_at + n / rate
-            time.sleep(max(0.0, due - time.time()))
-            status = _post(connection, "/webhooks/stripe", body, headers)
-            now = time.time()
-            if 200 <= status < 300:
-                sent.append((event_id, now, (now - due) * 1000))
-            else:
-                errors[0] += 1
+
+def _request_bytes(address: tuple[str, int], event_id: str, body: bytes,
+                   headers: dict[str, str]) -> tuple[str, bytes]:
+    head = ["POST /webhooks/stripe HTTP/1.1", f"Host: {address[0]}:{address[1]}",
+            f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
+    return event_id, ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+class _OpenLoop:
+    """One thread, non-blocking keep-alive sockets and epoll: each request is sent at its
+    scheduled time on the idle connection that has waited longest, as from many senders
+    (all `connections` are opened first, and spread over the server's processes; when all
+    are busy a request waits, and the wait counts in its latency). Python threads with
+    http.client cost 0.3 ms of CPU per request on the cores being measured; this, a tenth
+    of that."""
+
+    def __init__(self, address: tuple[str, int], requests: list[tuple[str, bytes]],
+                 rate: float, connections: int) -> None:
+        self.address, self.requests, self.rate = address, requests, rate
+        self.max_connections = connections
+        self.selector = selectors.DefaultSelector()
+        self.idle: collections.deque[socket.socket] = collections.deque()
+        self.busy: dict[socket.socket, _InFlight] = {}
+        self.sent: list[tuple[str, float, float]] = []
+        self.errors = 0
+
+    def run(self, start_at: float) -> None:
+        for _ in range(self.max_connections):
+            self._connect()
+        total, next_n = len(self.requests), 0
+        deadline = start_at + total / self.rate + 30
+        while (next_n < total or self.busy) and time.time() < deadline:
+            now, blocked = time.time(), False
+            while next_n < total and start_at + next_n / self.rate <= now:
+                if not self._send(next_n, start_at + next_n / self.rate):
+                    blocked = True  # every connection is busy: sent when one is free
+                    break
+                next_n += 1
+            wait = 0.05 if blocked or next_n >= total else start_at + next_n / self.rate - now
+            for key, _ in self.selector.select(timeout=max(0.0, min(wait, 0.05))):
+                self._receive(key.fileobj)  # type: ignore[arg-type]
+        self.errors += total - next_n + len(self.busy)
+        for connection in [*self.idle, *self.busy]:
+            connection.close()
+
+    def _send(self, n: int, due: float) -> bool:
+        if not self.idle:
+            return False
+        connection = self.idle.popleft()
+        event_id, data = self.requests[n]
+        try:
+            connection.sendall(data)  # a few KB: fits the socket buffer of an idle connection
+        except OSError:
+            self._replace(connection)
+            self.errors += 1
+            return True
+        self.busy[connection] = _InFlight(event_id, due)
+        self.selector.register(connection, selectors.EVENT_READ)
+        return True
+
+    def _receive(self, connection: socket.socket) -> None:
+        flight = self.busy[connection]
+        try:
+            chunk = connection.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(connection)
+            return
+        flight.buffer += chunk
+        status = flight.complete()
+        if status is None:
+            return
+        now = time.time()
+        self.selector.unregister(connection)
+        del self.busy[connection]
+        if 200 <= status < 300:
+            self.sent.append((flight.event_id, now, (now - flight.due) * 1000))
+        else:
+            self.errors += 1
+        if flight.close:
+            self._replace(connection)
+        else:
+            self.idle.append(connection)
+
+    def _drop(self, connection: socket.socket) -> None:
+        self.selector.unregister(connection)
+        del self.busy[connection]
+        self._replace(connection)
+        self.errors += 1
+
+    def _connect(self) -> None:
+        connection = socket.create_connection(self.address, timeout=10)
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection.setblocking(False)
+        self.idle.append(connection)
+
+    def _replace(self, connection: socket.socket) -> None:
         connection.close()
+        try:
+            self._connect()
+        except OSError:
+            self.errors += 1  # the pool is one connection short
 
-    workers = [threading.Thread(target=sender) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    queue.put((sent, errors[0]))
+
+@dataclass
+class _InFlight:
+    event_id: str
+    due: float
+    buffer: bytes = b""
+    close: bool = False
+
+    def complete(self) -> int | None:
+        """The response's status once it has all arrived, else None."""
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        head = self.buffer[:end].decode("latin-1").lower().split("\r\n")
+        fields = dict(line.split(":", 1) for line in head[1:] if ":" in line)
+        length = int(fields.get("content-length", "0").strip() or 0)
+        if len(self.buffer) < end + 4 + length:
+            return None
+        self.close = fields.get("connection", "").strip() == "close"
+        return int(head[0].split()[1])
 
 
 def describe(values: list[float]) -> dict[str, float]:

@@ -34,7 +34,6 @@ _STOP = -1
 # claim and a commit per few jobs: at 500 events/s on 2 cores, 40 ms against 20 cut the
 # CPU per event by a tenth and ack-to-applied p99 by half (benchmarks/results/README.md).
 QUIET_INTERVAL_SECONDS = 0.005
-INTERVAL_PER_ID_SECONDS = 0.01
 BUSY_INTERVAL_SECONDS = 0.04
 
 
@@ -85,8 +84,7 @@ class Waker:
                 return
             # At most one send per interval: ids arriving meanwhile share the next message.
             # An id that finds the thread idle is sent at once.
-            time.sleep(QUIET_INTERVAL_SECONDS if len(ids) == 1 else
-                       min(INTERVAL_PER_ID_SECONDS * len(ids), BUSY_INTERVAL_SECONDS))
+            time.sleep(min(QUIET_INTERVAL_SECONDS * len(ids), BUSY_INTERVAL_SECONDS))
 
     def _send(self, ids: list[int]) -> None:
         # Each message names the last job of its share (the worker logs it).
