@@ -116,7 +116,7 @@ def process_batch(
     try:
         with db.transaction(engine) as conn:
             limit = pace.claim_limit(limit, budget_seconds)
-            rows = conn.execute(queries.JobClaimDue, {"limit": limit}).all()
+            rows = db.fetch_all_in(conn, queries.JobClaimDue, {"limit": limit})
             ordered = _runnable(conn, rows)
             for row in ordered:
                 if applied and time.monotonic() - started > budget_seconds:
@@ -172,7 +172,7 @@ def _runnable(conn: Connection, rows: Sequence[Any]) -> list[Any]:
     wanted = sorted({key for key in keys.values() if key})
     if not wanted:
         return ordered
-    taken = {row[0] for row in conn.execute(queries.JobKeysTaken, {
+    taken = {row[0] for row in db.fetch_all_in(conn, queries.JobKeysTaken, {
         "keys": wanted, "space": queries.JOB_KEY_LOCK_SPACE})}
     return [row for row in ordered if not keys[row.id] or keys[row.id] in taken]
 
@@ -192,9 +192,9 @@ def _run_handler(conn: Connection, settings: Settings, row: Any) -> _Applied:
 
 
 def _mark_done(conn: Connection, applied: list[_Applied]) -> None:
-    updated = conn.execute(queries.JobMarkDoneMany, {
+    updated = db.execute_in(conn, queries.JobMarkDoneMany, {
         "ids": [job.row.id for job in applied], "outcomes": [job.outcome for job in applied],
-    }).rowcount
+    })
     if updated != len(applied):
         # Impossible while we hold the row locks from the claim; refuse to commit if it is.
         raise RuntimeError(f"{len(applied) - updated} claimed job(s) were not pending")
@@ -229,9 +229,10 @@ def _one_at_a_time(engine: Engine, settings: Settings, ordered: list[Any], reach
 def _process_one(engine: Engine, settings: Settings, job_id: int, result: BatchResult) -> None:
     """Claim one job by id, if it is still due, and apply it in its own transaction."""
     with db.transaction(engine) as conn:
-        row = conn.execute(queries.JobClaimById, {"id": job_id}).first()
-        if row is None:
+        rows = db.fetch_all_in(conn, queries.JobClaimById, {"id": job_id})
+        if not rows:
             return
+        row = rows[0]
         result.claimed += 1
         applied = _apply(conn, settings, row, result)
     if applied is not None:

@@ -51,6 +51,8 @@ LEASE_SECONDS = 45.0
 SEND_DEADLINE_SECONDS = 20.0
 MIN_RETRY_SECONDS = 1.0
 MAX_ERROR_LENGTH = 2000
+# A row of queries.OutboxClaimDue, as db.fetch_all_in returns it: a named tuple.
+ClaimedRow = Any
 
 
 @dataclass
@@ -75,14 +77,14 @@ def dispatch_due(engine: Engine, settings: Settings, limit: int = 50, *,
     return result
 
 
-def _claim(engine: Engine, limit: int) -> list[sa.Row[Any]]:
+def _claim(engine: Engine, limit: int) -> list[ClaimedRow]:
     with db.transaction(engine) as conn:
-        rows = conn.execute(queries.OutboxClaimDue,
-                            {"limit": limit, "lease": LEASE_SECONDS}).all()
+        rows = db.fetch_all_in(conn, queries.OutboxClaimDue,
+                               {"limit": limit, "lease": LEASE_SECONDS})
     return sorted(rows, key=lambda row: row.id)
 
 
-def _attempt(sender: Sender, rows: Sequence[sa.Row[Any]], settings: Settings,
+def _attempt(sender: Sender, rows: Sequence[ClaimedRow], settings: Settings,
              deadline: float) -> dict[int, Outcome]:
     """Search for the rows with an earlier attempt, then send the rest in one request."""
     outcomes: dict[int, Outcome] = {}
@@ -102,7 +104,7 @@ def _attempt(sender: Sender, rows: Sequence[sa.Row[Any]], settings: Settings,
     return outcomes
 
 
-def _search(sender: Sender, row: sa.Row[Any], settings: Settings) -> Outcome | None:
+def _search(sender: Sender, row: ClaimedRow, settings: Settings) -> Outcome | None:
     """Sent if Postmark already has this key; None if the row should be sent now."""
     try:
         message_id = sender.find_sent(row.idempotency_key)
@@ -117,13 +119,13 @@ def _search(sender: Sender, row: sa.Row[Any], settings: Settings) -> Outcome | N
     return None
 
 
-def _email(row: sa.Row[Any]) -> OutboundEmail:
+def _email(row: ClaimedRow) -> OutboundEmail:
     return OutboundEmail(idempotency_key=row.idempotency_key, to=row.to_address,
                          subject=row.subject, text_body=row.text_body,
                          html_body=row.html_body)
 
 
-def _record(engine: Engine, settings: Settings, rows: Sequence[sa.Row[Any]],
+def _record(engine: Engine, settings: Settings, rows: Sequence[ClaimedRow],
             outcomes: dict[int, Outcome], result: DispatchResult) -> None:
     """Write every outcome in one transaction (the sent ones in one statement), then count
     and log what changed."""
@@ -146,7 +148,7 @@ def _record(engine: Engine, settings: Settings, rows: Sequence[sa.Row[Any]],
         _report(row, status, params, result)
 
 
-def _mark_sent(conn: Connection, rows: Sequence[sa.Row[Any]],
+def _mark_sent(conn: Connection, rows: Sequence[ClaimedRow],
                outcomes: dict[int, Outcome]) -> dict[int, tuple[str, dict[str, Any]]]:
     """Mark the sent rows, each guarded by the attempt we claimed; those whose guard held."""
     message_ids = {}
@@ -156,14 +158,14 @@ def _mark_sent(conn: Connection, rows: Sequence[sa.Row[Any]],
         message_ids[row.id] = outcome.message_id
     if not message_ids:
         return {}
-    updated = conn.execute(queries.OutboxMarkSentMany, {
+    updated = [row[0] for row in db.fetch_all_in(conn, queries.OutboxMarkSentMany, {
         "ids": list(message_ids), "attempts": [row.attempts for row in rows],
         "message_ids": list(message_ids.values()),
-    }).scalars().all()
+    })]
     return {id_: ("sent", {"message_id": message_ids[id_]}) for id_ in updated}
 
 
-def _mark(conn: Connection, settings: Settings, row: sa.Row[Any],
+def _mark(conn: Connection, settings: Settings, row: ClaimedRow,
           outcome: EmailRejected | EmailOutcomeUnknown | None) -> tuple[str, dict[str, Any]] | None:
     """Apply one outcome other than sent, guarded by the attempt we claimed; None if the
     guard failed."""
@@ -184,7 +186,7 @@ def _mark(conn: Connection, settings: Settings, row: sa.Row[Any],
     return (status, params) if updated == 1 else None
 
 
-def _report(row: sa.Row[Any], status: str, params: dict[str, Any],
+def _report(row: ClaimedRow, status: str, params: dict[str, Any],
             result: DispatchResult) -> None:
     context = {**_context(row), "attempts": row.attempts}
     if status == "sent":
@@ -205,7 +207,7 @@ def _report(row: sa.Row[Any], status: str, params: dict[str, Any],
         log.info("email not attempted in time, released", extra=context)
 
 
-def _context(row: sa.Row[Any]) -> dict[str, Any]:
+def _context(row: ClaimedRow) -> dict[str, Any]:
     return {"idempotency_key": row.idempotency_key, "outbox_id": row.id, "kind": row.kind,
             "provider": row.provider, "event_id": row.event_id}
 
