@@ -85,9 +85,12 @@ class NoticedRedisBroker(RedisBroker):
                     if notice is not None:
                         channel = notice["channel"]
                         name = channel.decode() if isinstance(channel, bytes) else channel
-                        self._notices[name].set()
-            except (redis.RedisError, OSError) as error:
-                log.debug("broker notices interrupted: %s", error)
+                        if name in self._notices:
+                            self._notices[name].set()
+            except Exception as error:  # the consumers poll meanwhile, as without notices
+                expected = isinstance(error, redis.RedisError | OSError)  # Redis down
+                log.log(logging.DEBUG if expected else logging.WARNING,
+                        "broker notices interrupted: %s", error)
                 time.sleep(RESUBSCRIBE_SECONDS)
             finally:
                 try:
