@@ -3,9 +3,8 @@
 Dramatiq's RedisBroker fetches with a Lua script that cannot block, so an idle consumer
 sleeps between fetches, 5 ms doubling up to the worker timeout (100 ms here), and a
 consumer whose prefetch is full sleeps the same way until an ack makes room. A wake-up
-sent every 5-40 ms found consumers in sleeps of 20-80 ms, and waited for them to end:
-ack-to-applied p99 was 73-79 ms at 200 events/s, against 37-41 ms with notices
-(benchmarks/results/README.md).
+waited for the sleep to end: ack-to-applied p99 was 73-79 ms at 200 events/s, against
+37-41 ms with notices (benchmarks/results/README.md).
 
 Here every enqueue also PUBLISHes on the queue's channel. One thread per worker process
 listens to the channels; an idle consumer waits for a notice (up to the worker timeout) and
