@@ -10,8 +10,10 @@ from ingest.waker import Waker
 from shared import db
 from shared.settings import Settings
 
+DEFAULT_THREADS = 4  # a server process's app threads, unless told (`webhooks web --threads`)
 
-def create_app(settings: Settings | None = None, *, threads: int = 4) -> Flask:
+
+def create_app(settings: Settings | None = None, *, threads: int = DEFAULT_THREADS) -> Flask:
     """threads: the server's app threads in this process; each may hold one connection."""
     settings = settings or Settings.from_env()
     app = Flask(__name__)

@@ -23,12 +23,12 @@ THREADS_VARIABLE = "WEB_THREADS"
 
 def app() -> Any:
     """The WSGI app as each server process builds it (granian imports this, factory=True)."""
-    from ingest.app import create_app
+    from ingest.app import DEFAULT_THREADS, create_app
     from shared.logs import configure_logging
 
     settings = Settings.from_env()
     configure_logging(settings)
-    return create_app(settings, threads=int(os.environ.get(THREADS_VARIABLE, "4")))
+    return create_app(settings, threads=int(os.environ.get(THREADS_VARIABLE, DEFAULT_THREADS)))
 
 
 def serve(settings: Settings, workers: int, threads: int, host: str = "0.0.0.0") -> None:  # noqa: S104
