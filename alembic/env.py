@@ -1,13 +1,15 @@
-"""Alembic environment: the URL comes from Settings (DATABASE_URL or the embedded
-Postgres), or from a connection handed over in config.attributes by `webhooks migrate`."""
+"""Alembic environment: the URL comes from DATABASE_URL (through Settings; unset, it stops
+with one line naming it), or from a connection handed over in config.attributes (tests).
+
+Installed, this folder is the package webhooks.migrations, found by `webhooks migrate`."""
 
 from __future__ import annotations
 
 from logging.config import fileConfig
 
 import sqlalchemy as sa
-
 from alembic import context
+
 from shared.db import database_url
 from shared.models import metadata
 from shared.settings import Settings

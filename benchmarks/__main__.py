@@ -1,7 +1,11 @@
 """`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers]`.
 
 Prints throughput, latency, the ratio to pgbench running the same SQL, end-to-end delay,
-peak RSS per process and idle CPU; writes results/*.json, *.csv and the concurrency chart.
+peak RSS per process and idle CPU, and saves them with the concurrency chart (results/README.md):
+a full run of this checkout becomes results/latest.* (the previous latest.* moves to
+results/history/, named by its date and commit) and the README's tables are rewritten;
+a partial (--only), named (--tag), --code or otherwise custom run goes to results/history/ as
+DATE-COMMIT[-NAME].*; --smoke writes results/smoke.json, which git ignores.
 Never fails on a threshold: the numbers are for reading, the targets are printed next to them.
 """
 
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -24,6 +29,7 @@ SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     plan = scenarios.SMOKE if args.smoke else scenarios.Plan()
     if args.python_load:
@@ -40,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {stack.load_average()} on {os.cpu_count()} cores", flush=True)
     target = stack.prepare(args.admin_url, name, args.broker_url, logs, Path(args.code))
     results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                               "commit": report.code_commit(target.code),
+                               "command": shlex.join(["python", "-m", "benchmarks", *argv]),
                                "smoke": args.smoke, "cores": os.cpu_count(),
                                "load_average_start": stack.load_average(), "targets": TARGETS}
     for scenario in chosen:
@@ -47,13 +55,34 @@ def main(argv: list[str] | None = None) -> int:
         results[scenario] = _run(scenario, target, plan)
         report.print_scenario(scenario, results[scenario], TARGETS)
     results["load_average_end"] = stack.load_average()
-    out = Path(args.out)
-    written = report.save(results, out, tag="smoke" if args.smoke else args.tag)
+    written = _save(results, args, Path(args.out))
     print(f"\nload average at the end: {results['load_average_end']}; wrote "
           f"{', '.join(str(p) for p in written)}")
     if not args.keep_database:
         stack.drop(args.admin_url, name)
     return 0
+
+
+def _save(results: dict[str, Any], args: argparse.Namespace, out: Path) -> list[Path]:
+    """smoke.json; or latest.* for a full run of this checkout with the default plan (the
+    previous latest.* to history/, the README's tables rewritten); or history/."""
+    if args.smoke:
+        return report.save(results, out, "smoke")
+    custom = args.worker_args or args.seconds or args.python_load
+    what = args.tag or "-".join(args.only or ()) or ("custom" if custom else "")
+    if what or Path(args.code).resolve() != stack.ROOT:
+        return report.save_to_history(results, out, what)
+    retired = report.retire_latest(out)
+    written = report.save(results, out, report.LATEST)
+    if retired:
+        print(f"moved the previous latest run to {', '.join(str(p) for p in retired)}")
+    if (out / "README.md").exists():
+        try:
+            if report.write_readme(out):
+                written.append(out / "README.md")
+        except ValueError as error:
+            print(f"README tables not rewritten: {error}")
+    return written
 
 
 def _run(scenario: str, target: stack.Target, plan: scenarios.Plan) -> Any:
@@ -87,7 +116,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="the Python load generator even when wrk is installed")
     parser.add_argument("--seconds", type=float, help="ingest and e2e duration")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
-    parser.add_argument("--tag", default="latest", help="results file name prefix")
+    parser.add_argument("--tag", default="",
+                        help="save to results/history/ as DATE-COMMIT-TAG.* instead of "
+                             "latest.* (e.g. ab-before-1)")
     parser.add_argument("--keep-database", action="store_true")
     parser.add_argument("--code", default=str(stack.ROOT),
                         help="measure the processes of another checkout (a before/after run)")

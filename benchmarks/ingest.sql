@@ -1,5 +1,5 @@
 -- The ingest's one transaction for a new Stripe invoice event with a random id, as
--- ingest/recording.py runs it: shared/queries.py EventJobInsert, one statement in
+-- shared/recording.py runs it: shared/queries.py EventJobInsert, one statement in
 -- autocommit (the statement is the transaction). What each acknowledged delivery costs
 -- the database.
 \set n random(1, 9000000000000000000)

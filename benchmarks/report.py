@@ -1,15 +1,34 @@
-"""Printing, saving (JSON, CSV) and charting the results."""
+"""Printing, saving (JSON, CSV) and charting the results, and the tables of results/README.md.
+
+A full run is kept as results/latest.* ; the run it replaces, and every other run, lives in
+results/history/ as DATE-COMMIT[-WHAT].* (the date the run started, the commit of the code
+measured). `python -m benchmarks.report` rewrites the README's tables from these files.
+"""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
 import re
+import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LATEST = "latest"
+HISTORY = "history"
+# Every file a run writes is STEM + one of these.
+ARTEFACTS = (".json", "-sweep.csv", "-servers.csv", "-ingest-concurrency.png")
+TABLE_START = "<!-- table:start: written by `python -m benchmarks.report` -->"
+TABLE_END = "<!-- table:end -->"
+_HISTORY_NAME = re.compile(
+    r"^(?P<date>\d{4}-\d{2}-\d{2})-(?P<commit>[0-9a-f]{7,40}(?:-dirty)?|unknown)"
+    r"(?:-(?P<what>.+))?$")
 
 
 def print_scenario(name: str, result: Any, targets: Mapping[str, float]) -> None:
@@ -81,20 +100,82 @@ def _print_memory(memory: list[dict[str, Any]]) -> None:
     print(f"  peak RSS MB: {', '.join(parts)}")
 
 
-def save(results: dict[str, Any], folder: Path, tag: str) -> list[Path]:
+def code_commit(code: Path) -> str:
+    """The short commit of the checkout measured, with "-dirty" when its files differ from
+    that commit (results/ aside: they are not the code), or "unknown" outside git."""
+    try:
+        head = _git(code, "rev-parse", "--short", "HEAD")
+        changes = _git(code, "status", "--porcelain", "--", ".",
+                       ":(exclude)benchmarks/results")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if changes else "")
+
+
+def _git(folder: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def history_stem(results: Mapping[str, Any], what: str = "") -> str:
+    """DATE-COMMIT[-WHAT]: the date the run started and the commit of the code measured."""
+    date = str(results.get("started") or time.strftime("%Y-%m-%d"))[:10]
+    commit = str(results.get("commit") or "unknown")
+    return "-".join(part for part in (date, commit, what) if part)
+
+
+def save(results: dict[str, Any], folder: Path, stem: str) -> list[Path]:
+    """Write STEM.json, STEM-sweep.csv, STEM-servers.csv and the chart (those that apply)."""
     folder.mkdir(parents=True, exist_ok=True)
-    written = [folder / f"{tag}.json"]
+    written = [folder / f"{stem}.json"]
     written[0].write_text(json.dumps(results, indent=2) + "\n")
     for key in ("sweep", "servers"):
         if results.get(key):
-            path = folder / f"{tag}-{key}.csv"
+            path = folder / f"{stem}-{key}.csv"
             _csv(results[key], path)
             written.append(path)
     if results.get("sweep"):
-        chart = _chart(results["sweep"], folder / f"{tag}-ingest-concurrency.png")
+        chart = _chart(results["sweep"], folder / f"{stem}-ingest-concurrency.png")
         if chart:
             written.append(chart)
     return written
+
+
+def save_to_history(results: dict[str, Any], folder: Path, what: str = "") -> list[Path]:
+    """Save a run that is not the latest full run into FOLDER/history/."""
+    history = folder / HISTORY
+    return save(results, history, free_stem(history, history_stem(results, what)))
+
+
+def retire_latest(folder: Path) -> list[Path]:
+    """Move latest.* into history/, named by the date and commit inside latest.json."""
+    latest = folder / f"{LATEST}.json"
+    if not latest.exists():
+        return []
+    results = json.loads(latest.read_text())
+    if not results.get("commit"):  # written before runs recorded it: the commit that added it
+        try:
+            results["commit"] = _git(folder, "log", "-1", "--format=%h", "--", latest.name)
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    history = folder / HISTORY
+    history.mkdir(parents=True, exist_ok=True)
+    stem = free_stem(history, history_stem(results))
+    moved = []
+    for suffix in ARTEFACTS:
+        source = folder / f"{LATEST}{suffix}"
+        if source.exists():
+            moved.append(source.rename(history / f"{stem}{suffix}"))
+    return moved
+
+
+def free_stem(folder: Path, stem: str) -> str:
+    """STEM, or STEM-2, STEM-3... when a file of that name is already there."""
+    candidate, number = stem, 1
+    while any((folder / f"{candidate}{suffix}").exists() for suffix in ARTEFACTS):
+        number += 1
+        candidate = f"{stem}-{number}"
+    return candidate
 
 
 def _csv(rows: list[dict[str, Any]], path: Path) -> None:
@@ -162,3 +243,221 @@ def server_candidates() -> dict[str, tuple[list[str], dict[str, str]]]:
              "--no-ws", "--log-level", "warning", "ingest.server:app"], metrics)
     wanted = os.environ.get("BENCH_SERVERS")  # a regular expression, to run a few
     return {k: v for k, v in candidates.items() if not wanted or re.search(wanted, k)}
+
+
+# --- results/README.md ----------------------------------------------------------------
+
+
+def write_readme(folder: Path = RESULTS) -> bool:
+    """Rewrite the tables between the README's markers; False when they were current."""
+    readme = folder / "README.md"
+    text = readme.read_text()
+    start, end = text.find(TABLE_START), text.find(TABLE_END)
+    if start < 0 or end < start:
+        raise ValueError(f"{readme}: no {TABLE_START} ... {TABLE_END} markers")
+    head = text[:start + len(TABLE_START)]
+    new = f"{head}\n{render_tables(folder)}\n{text[end:]}"
+    if new == text:
+        return False
+    readme.write_text(new)
+    return True
+
+
+def render_tables(folder: Path = RESULTS) -> str:
+    """Markdown: the latest run, figure by figure, then one line per run in history/."""
+    parts = []
+    latest = folder / f"{LATEST}.json"
+    if latest.exists():
+        parts.append(_latest_table(json.loads(latest.read_text()), folder))
+    parts.append(_history_table(folder))
+    return "\n\n".join(parts)
+
+
+def _latest_table(run: dict[str, Any], folder: Path) -> str:
+    started = str(run.get("started", "?")).replace("T", " ")[:16]
+    lines = [f"### Latest: [`{LATEST}.json`]({LATEST}.json)", "",
+             f"Started {started}, code {run.get('commit', 'not recorded')}, "
+             f"{run.get('cores', '?')} cores, load average {run.get('load_average_start', '?')} "
+             f"at the start, {run.get('load_average_end', '?')} at the end.", "",
+             "| figure | measured | target |", "| --- | --- | --- |"]
+    lines += [f"| {figure} | {value} | {target} |"
+              for figure, value, target in _figures(run)]
+    if run.get("sweep"):
+        lines += ["", _sweep_table(run["sweep"])]
+        chart = folder / f"{LATEST}-ingest-concurrency.png"
+        if chart.exists():
+            lines += ["", f"![ingest throughput and p99 by concurrency]({chart.name})"]
+    return "\n".join(lines)
+
+
+def _figures(run: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    targets = run.get("targets", {})
+    if ingest := run.get("ingest"):
+        app, ref = ingest["app"], ingest.get("pgbench")
+        where = f"ingest, {app['connections']} connections ({app['tool']}, {app['seconds']} s)"
+        yield (f"{where}: acked/s", _n(app["rps"]), _at_least(targets.get("ingest_rps")))
+        yield ("ingest latency p50 / p99", f"{_ms(app['p50_ms'])} / {_ms(app['p99_ms'])} ms",
+               _at_most(targets.get("ingest_p99_ms"), "p99", "ms"))
+        if ref:
+            yield (f"pgbench, ingest.sql, {ref['clients']} clients: tx/s; p50 / p99",
+                   f"{_n(ref['tps'])}; {_ms(ref['p50_ms'])} / {_ms(ref['p99_ms'])} ms", "")
+            yield ("ingest ratio to pgbench", _fixed3(ingest['ratio']), "")
+        if app.get("web_cpu_ms_per_ack") is not None:
+            yield ("web CPU per delivery", f"{app['web_cpu_ms_per_ack']} ms", "")
+        yield ("ingest errors; rows recorded",
+               f"{app['errors']}; {_n(ingest.get('rows_recorded', 0))}", "")
+        yield ("idle web CPU", f"{ingest['idle_cpu_percent']}% of a core", "")
+        yield ("web peak RSS per process", _memory(ingest.get("memory", [])), "")
+    if sweep := run.get("sweep"):
+        best = max(sweep, key=lambda row: row["rps"])
+        yield ("ingest sweep, best acked/s", f"{_n(best['rps'])} at {best['connections']} "
+               f"connections (p99 {_ms(best['p99_ms'])} ms)", "")
+    if worker := run.get("worker"):
+        app, ref = worker["app"], worker.get("pgbench")
+        yield (f"worker, {_n(app['jobs'])} invoice jobs (concurrency {app['concurrency']}, "
+               f"batch {app['batch']}): jobs/s",
+               f"{_n(app['jobs_per_s'])} (drained in {app['seconds']} s)",
+               _at_least(targets.get("worker_jobs_per_s")))
+        if ref:
+            yield (f"pgbench, worker.sql, {ref['clients']} clients, "
+                   f"{ref.get('jobs_per_transaction', 1)} jobs per transaction: jobs/s",
+                   _n(ref["units_per_s"]), "")
+            yield ("worker ratio to pgbench", _fixed3(worker['ratio']), "")
+        if app.get("worker_cpu_ms_per_job") is not None:
+            yield ("worker CPU per job", f"{app['worker_cpu_ms_per_job']} ms", "")
+        yield ("emails all sent after", f"{app['emails_sent_after_s']} s", "")
+        yield ("idle worker CPU", f"{worker['idle_cpu_percent']}% of a core",
+               _at_most(targets.get("idle_cpu_percent"), "", "%", strict=True))
+        yield ("worker peak RSS per process", _memory(worker.get("memory", [])), "")
+    if e2e := run.get("e2e"):
+        for row in e2e["rates"].values():
+            rate = f"e2e {row['rate']}/s"
+            target = (_at_most(targets.get("e2e_p99_ms_at_500"), "p99", "ms")
+                      if row["rate"] == 500 else "")
+            yield (f"{rate} (achieved {row['achieved_rate']}/s): acked to applied, p50 / p99",
+                   f"{_ms(row['delay']['p50_ms'])} / {_ms(row['delay']['p99_ms'])} ms", target)
+            yield (f"{rate}: acknowledgement p50 / p99",
+                   f"{_ms(row['ack']['p50_ms'])} / {_ms(row['ack']['p99_ms'])} ms", "")
+            yield (f"{rate}: CPU per event, web / worker",
+                   f"{row['web_cpu_ms_per_event']} / {row['worker_cpu_ms_per_event']} ms", "")
+            yield (f"{rate}: errors; not applied", f"{row['errors']}; {row['not_applied']}", "")
+
+
+def _sweep_table(sweep: list[dict[str, Any]]) -> str:
+    lines = ["| connections | acked/s | p50 ms | p99 ms | pgbench tx/s | pgbench p99 ms |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in sweep:
+        lines.append(f"| {row['connections']} | {_n(row['rps'])} | {_ms(row['p50_ms'])} | "
+                     f"{_ms(row['p99_ms'])} | {_n(row.get('pgbench_tps'))} | "
+                     f"{_ms(row.get('pgbench_p99_ms'))} |")
+    return "\n".join(lines)
+
+
+def _history_table(folder: Path) -> str:
+    runs = []
+    for path in (folder / HISTORY).glob("*.json"):
+        name = _HISTORY_NAME.match(path.stem)
+        run = json.loads(path.read_text())
+        commit = run.get("commit") or (name["commit"] if name else "?")
+        what = (name["what"] if name else path.stem) or "full"
+        what = f"full ({what})" if what.isdigit() else what  # a second full run: STEM-2
+        runs.append((str(run.get("started", "")), commit, f"[{what}]({HISTORY}/{path.name})",
+                     run))
+    latest = folder / f"{LATEST}.json"
+    if latest.exists():
+        run = json.loads(latest.read_text())
+        runs.append((str(run.get("started", "")), run.get("commit", "?"),
+                     f"[latest]({latest.name})", run))
+    lines = ["### All runs, oldest first", "",
+             "| started | code | run | ingest acked/s (ratio) | ingest p99 ms | "
+             "web CPU ms/delivery | worker jobs/s (ratio) | worker CPU ms/job | "
+             "e2e p99 ms at 200/s | at 500/s |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for started, commit, link, run in sorted(runs, key=lambda item: item[0]):
+        cells = [started.replace("T", " ")[:16], commit, link, *_key_figures(run)]
+        lines.append("| " + " | ".join(cells) + " |")
+    others = sorted(path.name for path in (folder / HISTORY).glob("*.csv")
+                    if not _written_with_json(path))
+    if others:
+        lines += ["", "Also in history/ (tables without a JSON run): " + ", ".join(
+            f"[`{name}`]({HISTORY}/{name})" for name in others) + "."]
+    return "\n".join(lines)
+
+
+def _key_figures(run: dict[str, Any]) -> list[str]:
+    ingest = (run.get("ingest") or {}).get("app")
+    worker = (run.get("worker") or {}).get("app")
+    rates = (run.get("e2e") or {}).get("rates", {})
+    return [f"{_n(ingest['rps'])} ({_fixed3(run['ingest']['ratio'])})" if ingest else "",
+            _ms(ingest["p99_ms"]) if ingest else "",
+            _fixed3(ingest.get("web_cpu_ms_per_ack")) if ingest else "",
+            f"{_n(worker['jobs_per_s'])} ({_fixed3(run['worker']['ratio'])})" if worker else "",
+            _fixed3(worker.get("worker_cpu_ms_per_job")) if worker else "",
+            _ms(rates["200"]["delay"]["p99_ms"]) if "200" in rates else "",
+            _ms(rates["500"]["delay"]["p99_ms"]) if "500" in rates else ""]
+
+
+def _written_with_json(csv_path: Path) -> bool:
+    """Whether STEM-sweep.csv or STEM-servers.csv is that part of the run in STEM.json."""
+    for key in ("sweep", "servers"):
+        suffix = f"-{key}.csv"
+        if csv_path.name.endswith(suffix):
+            run = csv_path.with_name(csv_path.name[:-len(suffix)] + ".json")
+            return run.exists() and bool(json.loads(run.read_text()).get(key))
+    return False
+
+
+def _memory(memory: list[dict[str, Any]]) -> str:
+    parts = [f"{m['process']} {m['role']} {m['peak_rss_mb']}" for m in memory]
+    return ", ".join(parts) + " MB" if parts else ""
+
+
+def _n(value: float | None) -> str:
+    return "" if value is None else f"{value:,.0f}"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return ""
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _fixed3(value: float | None) -> str:
+    """Ratios and CPU milliseconds: three decimals."""
+    return "" if value is None else f"{value:.3f}"
+
+
+def _at_least(target: float | None) -> str:
+    return "" if target is None else f">= {_n(target)}"
+
+
+def _at_most(target: float | None, what: str, unit: str, strict: bool = False) -> str:
+    if target is None:
+        return ""
+    sign = "<" if strict else "<="
+    return f"{what} {sign} {target}{' ' if unit == 'ms' else ''}{unit}".strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.report",
+        description="Rewrite the tables in results/README.md from latest.json and history/.")
+    parser.add_argument("--results", default=str(RESULTS), help="the results folder")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 when the tables are out of date")
+    args = parser.parse_args(argv)
+    folder = Path(args.results)
+    if args.check:
+        readme = (folder / "README.md").read_text()
+        current = f"{TABLE_START}\n{render_tables(folder)}\n{TABLE_END}" in readme
+        print(f"{folder / 'README.md'}: tables {'current' if current else 'out of date'}")
+        return 0 if current else 1
+    changed = write_readme(folder)
+    print(f"{folder / 'README.md'}: tables {'rewritten' if changed else 'already current'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -197,8 +197,13 @@ def worker(target: stack.Target, plan: Plan) -> dict[str, Any]:
 
 def _batch_size(target: stack.Target) -> int:
     """Jobs per claim of the measured checkout (read, not imported: it may be another)."""
-    for path, name in (("broker.py", "JOBS_PER_MESSAGE"), ("actors.py", "JOB_BATCH_SIZE")):
-        text = (target.code / "worker" / path).read_text()
+    for path, name in (("shared/wakeups.py", "JOBS_PER_MESSAGE"),
+                       ("worker/broker.py", "JOBS_PER_MESSAGE"),
+                       ("worker/actors.py", "JOB_BATCH_SIZE")):
+        file = target.code / path
+        if not file.exists():
+            continue
+        text = file.read_text()
         match = re.search(rf"^{name} = (\d+)", text, re.MULTILINE)
         if match:
             return int(match.group(1))
@@ -207,7 +212,7 @@ def _batch_size(target: stack.Target) -> int:
 
 def _worker_concurrency(args: tuple[str, ...]) -> int:
     """processes * threads of `webhooks worker ARGS` (its defaults otherwise)."""
-    from shared.cli import worker as command
+    from webhooks.cli import worker as command
 
     defaults = {p.name: p.default for p in command.params}
     values = {name: int(str(defaults[name])) for name in ("processes", "threads")}
@@ -218,13 +223,13 @@ def _worker_concurrency(args: tuple[str, ...]) -> int:
 
 def _sweep_once(target: stack.Target) -> None:
     """What the clock does when it finds due jobs: enqueue wake-ups for them."""
+    from clock.sweep import sweep
+    from shared import wakeups
     from shared.settings import Settings
-    from worker import broker as wakeups
-    from worker import clock
 
     settings = Settings.from_env(target.env)
     engine = target.engine()
-    clock.sweep(engine, wakeups.create_broker(settings, url=target.broker_url))
+    sweep(engine, wakeups.create_broker(settings))
     engine.dispose()
 
 

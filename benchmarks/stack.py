@@ -95,13 +95,14 @@ def free_port() -> int:
 def _command(target: Target, *args: str) -> list[str]:
     """`webhooks ARGS` as the Procfile runs it (the console script next to this Python),
     or from another checkout when target.code is one."""
-    if target.code != ROOT:
-        return [sys.executable, "-m", "shared.cli", *args]
+    if target.code != ROOT:  # the command's module there: webhooks, or shared.cli before it
+        module = "webhooks" if (target.code / "webhooks" / "cli.py").exists() else "shared.cli"
+        return [sys.executable, "-m", module, *args]
     script = Path(sys.executable).with_name("webhooks")
     if script.exists():
         return [str(script), *args]
     found = shutil.which("webhooks")
-    return [found, *args] if found else [sys.executable, "-m", "shared.cli", *args]
+    return [found, *args] if found else [sys.executable, "-m", "webhooks", *args]
 
 
 @dataclass

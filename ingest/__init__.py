@@ -1,1 +1,2 @@
-"""The thin Flask ingest: verify, record event + job in one transaction, acknowledge."""
+"""The Procfile's `web`: the thin Flask ingest. Verify, record event + job in one
+transaction, acknowledge, wake a worker. Imports only shared/; loads no worker code."""

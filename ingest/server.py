@@ -1,9 +1,9 @@
 """Run the ingest under granian (the Procfile's `web`), from Python so settings are
-validated, and the embedded defaults resolved, before any server process starts.
+validated before any server process starts.
 
-granian was chosen by measurement (`python -m benchmarks --only servers`; numbers in
-benchmarks/results/README.md): its HTTP layer is Rust, so a delivery costs the web about
-0.7 ms of CPU against 1.1 under gunicorn's gthread workers, on the same Flask app.
+granian was chosen by measurement (`python -m benchmarks --only servers`; figures in
+benchmarks/results/README.md): its HTTP layer is Rust, so a delivery costs the web less
+CPU than under gunicorn's gthread workers, on the same Flask app.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def app() -> Any:
     return create_app(settings, threads=int(os.environ.get(THREADS_VARIABLE, DEFAULT_THREADS)))
 
 
-def serve(settings: Settings, workers: int, threads: int, host: str = "0.0.0.0") -> None:  # noqa: S104
+def serve(settings: Settings, workers: int, threads: int, host: str) -> None:
     from shared.logs import configure_logging
 
     configure_logging(settings)

@@ -21,18 +21,16 @@ import time
 
 import dramatiq
 
-from shared import metrics
+from shared import metrics, wakeups
 from shared.settings import Settings
-from worker import broker as wakeups
 
 log = logging.getLogger(__name__)
 
 _STOP = -1
 # Between two sends, ids gather for 5 ms per id in the previous send, from 5 ms (a quiet
-# stream: a wake-up is at most 5 ms late) up to 40 ms (a busy one, above 200 events/s per
-# web process). Fewer, fuller messages spare the web a broker round trip and the workers a
-# claim and a commit per few jobs: at 500 events/s on 2 cores, 40 ms against 20 cut the
-# CPU per event by a tenth and ack-to-applied p99 by half (benchmarks/results/README.md).
+# stream: a wake-up is at most 5 ms late) up to 40 ms (a busy one). Fewer, fuller messages
+# spare the web a broker round trip and the workers a claim and a commit per few jobs
+# (the intervals were chosen by measurement: benchmarks/results/README.md).
 QUIET_INTERVAL_SECONDS = 0.005
 BUSY_INTERVAL_SECONDS = 0.04
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from ingest.recording import Recorded, record_delivery
 from shared import metrics, providers
 from shared.errors import (
     DatabaseUnavailable,
@@ -22,6 +21,7 @@ from shared.errors import (
     RejectedDelivery,
 )
 from shared.providers.base import Delivery
+from shared.recording import Recorded, record_event
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,8 @@ def receive(provider: str) -> tuple[Response, int] | Response:
         delivery = _verified_delivery(provider)
         if delivery.reply is not None:
             return jsonify(delivery.reply)
-        recorded = record_delivery(current_app.extensions["engine"], provider, delivery,
-                                   request_body())
+        recorded = record_event(current_app.extensions["engine"], provider,
+                                delivery.event_id, delivery.event_type, request_body())
     except RejectedDelivery as error:
         metrics.deliveries_rejected.labels(label, error.reason).inc()
         log.info("delivery rejected", extra={"provider": label, "reason": str(error)})

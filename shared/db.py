@@ -1,5 +1,5 @@
-"""Engines and transactions. One place turns DATABASE_URL (or the embedded Postgres)
-into a SQLAlchemy engine, and one place translates driver errors."""
+"""Engines and transactions. One place turns DATABASE_URL into a SQLAlchemy engine, and
+one place translates driver errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import sqlalchemy as sa
-from psycopg.rows import namedtuple_row
+from psycopg.rows import class_row
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 
@@ -18,19 +18,18 @@ from shared.errors import DatabaseUnavailable
 from shared.settings import Settings
 
 T = TypeVar("T")
+Row = TypeVar("Row")
 
 # SQLSTATEs worth retrying the whole transaction for.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock
 
 
 def database_url(settings: Settings) -> str:
-    """The SQLAlchemy URL for settings, starting the embedded Postgres if none is set."""
-    raw = settings.database_url
-    if raw is None:
-        from shared import embedded
-
-        raw = embedded.postgres_url(settings.data_dir)
-    return sqlalchemy_url(raw)
+    """The SQLAlchemy URL of DATABASE_URL; MissingVariable if it is unset (no process
+    of the core ever falls back to an embedded server)."""
+    settings.require_servers(broker=False)
+    assert settings.database_url is not None
+    return sqlalchemy_url(settings.database_url)
 
 
 def sqlalchemy_url(raw: str) -> str:
@@ -75,10 +74,8 @@ def driver_sql(statement: sa.TextClause) -> str:
 
 
 # fetch_one, fetch_in, fetch_all_in and execute_in run a statement straight through
-# psycopg: about 100 µs of CPU where Connection.execute costs 240 (measured on the ingest's
-# insert), 45 against 127 on a handler's statement, and on a worker's claim of 9 jobs
-# 330-420 µs of wall time (180-230 of them in Python) against 930 (450). The ingest's and
-# the worker's hot paths use them.
+# psycopg, for a fraction of the CPU of Connection.execute (benchmarks/results/README.md).
+# The ingest's and the worker's hot paths use them.
 
 
 def fetch_one(engine: Engine, statement: sa.TextClause,
@@ -110,12 +107,19 @@ def fetch_in(conn: Connection, statement: sa.TextClause,
     return _run(conn.dialect, conn.connection, statement, params, conn.invalidate, _first_row)
 
 
-def fetch_all_in(conn: Connection, statement: sa.TextClause,
-                 params: dict[str, Any]) -> list[Any]:
-    """Run a statement in conn's transaction and return all its rows, as named tuples
-    (row.column and row[0], like SQLAlchemy's rows)."""
+def fetch_all_in(conn: Connection, statement: sa.TextClause, params: dict[str, Any],
+                 row_type: type[Row]) -> list[Row]:
+    """Run a statement in conn's transaction and return all its rows, each built as
+    row_type(**columns) (a NamedTuple or dataclass beside the statement)."""
     return _run(conn.dialect, conn.connection, statement, params, conn.invalidate,
-                _all_rows, namedtuple_row)
+                _all_rows, class_row(row_type))
+
+
+def fetch_scalars_in(conn: Connection, statement: sa.TextClause,
+                     params: dict[str, Any]) -> list[Any]:
+    """Run a statement in conn's transaction and return the first column of each row."""
+    return _run(conn.dialect, conn.connection, statement, params, conn.invalidate,
+                _first_column)
 
 
 def execute_in(conn: Connection, statement: sa.TextClause, params: dict[str, Any]) -> int:
@@ -129,6 +133,10 @@ def _first_row(cursor: Any) -> tuple[Any, ...] | None:
 
 def _all_rows(cursor: Any) -> list[Any]:
     return cursor.fetchall() if cursor.description else []  # type: ignore[no-any-return]
+
+
+def _first_column(cursor: Any) -> list[Any]:
+    return [row[0] for row in cursor.fetchall()] if cursor.description else []
 
 
 def _row_count(cursor: Any) -> int:

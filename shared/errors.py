@@ -7,12 +7,28 @@ class WebhooksError(Exception):
     """Root of every error this project raises on purpose."""
 
 
+MAX_ERROR_LENGTH = 2000  # the longest error text stored on a job or an email row
+
+
+def describe(error: BaseException) -> str:
+    """An error as stored in a row's last_error: its type and message, bounded."""
+    return f"{type(error).__name__}: {error}"[:MAX_ERROR_LENGTH]
+
+
 class ConfigError(WebhooksError):
     """A bad environment variable. Stops the process at start."""
 
     def __init__(self, variable: str, problem: str) -> None:
         self.variable = variable
         super().__init__(f"{variable}: {problem}")
+
+
+class MissingVariable(ConfigError):
+    """A variable a process cannot run without is unset (DATABASE_URL, BROKER_URL): the
+    Procfile's processes never fall back to an embedded server."""
+
+    def __init__(self, variable: str, hint: str) -> None:
+        super().__init__(variable, f"not set; {hint}")
 
 
 class RejectedDelivery(WebhooksError):
@@ -46,10 +62,6 @@ class DatabaseUnavailable(WebhooksError):
 
 class PermanentJobError(WebhooksError):
     """A job that can never succeed (a required field missing): fail it at once."""
-
-
-class RetryLater(WebhooksError):
-    """A job that should be tried again after its backoff, without counting as a bug."""
 
 
 class EmailRejected(WebhooksError):

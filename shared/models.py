@@ -7,9 +7,14 @@
 - ledger_entries UNIQUE (entry_key): one ledger effect per business fact (an invoice is
   credited once even though Stripe sends invoice.paid and invoice.payment_succeeded).
 - outbox UNIQUE (idempotency_key): one email per key.
+
+The status vocabularies (JobStatus, EmailStatus) are defined here, with their state
+machines; the CHECK constraints, the statements in shared/queries.py and the code use them.
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 from sqlalchemy import (
     BigInteger,
@@ -38,6 +43,50 @@ metadata = MetaData(
         "pk": "pk_%(table_name)s",
     }
 )
+
+
+
+class JobStatus(StrEnum):
+    """A job's state. Every change is guarded by the expected current status (row count
+    checked), so a job is completed once and a done job never runs again::
+
+        pending --(handler's writes committed, in the same transaction)--> done
+        pending --(error, attempts left)--> pending, run_at = now() + backoff
+        pending --(attempts exhausted, or PermanentJobError)--> failed
+        failed  --(replay: webhooks replay, the console)--> pending, attempts = 0
+
+    A worker killed mid-job leaves its transaction open; Postgres rolls it back and the
+    job is still pending. There is no "running" state: a claimed job is a locked row.
+    """
+
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class EmailStatus(StrEnum):
+    """An outbox email's state; every change is guarded by the status and by the attempt
+    the dispatcher claimed (a dispatcher whose lease ran out cannot mark the row)::
+
+        pending --(claim: attempts + 1, run_at = now() + lease; committed before the
+                   HTTP call)--> pending, in flight
+        in flight --(Postmark accepted, or the search found the key)--> sent
+        in flight --(a 4xx the message can never pass)--> failed
+        in flight --(5xx, timeout, lost response; attempts left)--> pending after backoff
+        in flight --(the same, attempts exhausted)--> failed
+        in flight --(dispatcher killed)--> pending again when the lease runs out
+        failed  --(retry: the console)--> pending, same idempotency key
+    """
+
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+def one_of(vocabulary: type[StrEnum]) -> str:
+    """SQL for a CHECK on a status column: "status IN ('pending', 'done', 'failed')"."""
+    return f"status IN ({', '.join(repr(str(member)) for member in vocabulary)})"
+
 
 NOW = text("now()")
 
@@ -79,7 +128,7 @@ jobs = Table(
     Column("provider", Text, nullable=False),
     Column("event_id", Text, nullable=False),
     Column("event_type", Text, nullable=False),
-    Column("status", Text, nullable=False, server_default="pending"),
+    Column("status", Text, nullable=False, server_default=JobStatus.PENDING.value),
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text),
     Column("outcome", Text),
@@ -93,13 +142,13 @@ jobs = Table(
         ["webhook_events.provider", "webhook_events.event_id"],
         ondelete="CASCADE",
     ),
-    CheckConstraint("status IN ('pending', 'done', 'failed')", name="status"),
+    CheckConstraint(one_of(JobStatus), name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     # The claim query's index, in its ORDER BY (run_at, id): only due pending work is
     # scanned, and a claim reads its LIMIT rows even when thousands share one run_at (a
     # replay, a bulk insert) instead of sorting every pending row.
     Index("ix_jobs_pending_run_at_id", "run_at", "id",
-          postgresql_where=text("status = 'pending'")),
+          postgresql_where=text(f"status = '{JobStatus.PENDING}'")),
     Index(None, "status", "finished_at"),
 )
 
@@ -153,7 +202,7 @@ outbox = Table(
     Column("id", BigInteger, Identity(), nullable=False),
     Column("idempotency_key", Text, nullable=False),
     Column("kind", Text, nullable=False),
-    Column("status", Text, nullable=False, server_default="pending"),
+    Column("status", Text, nullable=False, server_default=EmailStatus.PENDING.value),
     Column("to_address", Text, nullable=False),
     Column("subject", Text, nullable=False),
     Column("text_body", Text, nullable=False),
@@ -171,7 +220,7 @@ outbox = Table(
     Column("sent_at", DateTime(timezone=True)),
     PrimaryKeyConstraint("id"),
     UniqueConstraint("idempotency_key"),
-    CheckConstraint("status IN ('pending', 'sent', 'failed')", name="status"),
+    CheckConstraint(one_of(EmailStatus), name="status"),
     Index("ix_outbox_pending_run_at_id", "run_at", "id",
-          postgresql_where=text("status = 'pending'")),
+          postgresql_where=text(f"status = '{EmailStatus.PENDING}'")),
 )

@@ -1,19 +1,20 @@
-"""Every SQL statement that carries a guarantee, named table-first, each with why it is safe.
-
-State machines (status changes are always guarded by the expected current status and
-their row counts checked):
-
-    jobs:    pending --(handler committed)--> done
-             pending --(attempts exhausted or permanent error)--> failed
-             failed  --(webhooks replay)--> pending
-
-    outbox:  pending --(Postmark accepted, or search found it)--> sent
-             pending --(4xx that cannot succeed, or attempts exhausted)--> failed
+"""Every SQL statement that carries a guarantee, named table-first, each with why it is
+safe. Status changes are always guarded by the expected current status and their row
+counts checked; the state machines are drawn once, on JobStatus and EmailStatus
+(shared/models.py). The rows a claim returns are typed (ClaimedJob, ClaimedEmail).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any, NamedTuple
+
 from sqlalchemy import text
+
+from shared.models import EmailStatus, JobStatus
+
+PENDING, DONE, FAILED = JobStatus.PENDING, JobStatus.DONE, JobStatus.FAILED
+EMAIL_PENDING, SENT, EMAIL_FAILED = EmailStatus.PENDING, EmailStatus.SENT, EmailStatus.FAILED
 
 # --- ingest -------------------------------------------------------------------------
 
@@ -45,14 +46,27 @@ DuplicateCounted = text("""
 
 # --- jobs ---------------------------------------------------------------------------
 
+
+class ClaimedJob(NamedTuple):
+    """A row of JobClaimDue or JobClaimById: the job and its event."""
+
+    id: int
+    provider: str
+    event_id: str
+    event_type: str
+    attempts: int
+    payload: Any  # the event's JSON body (a dict for every provider we accept)
+    received_at: datetime
+
+
 # SKIP LOCKED: a job locked by another worker's open transaction is skipped, never waited
 # for; the lock is held until this transaction commits the job's effects and its `done`.
-JobClaimDue = text("""
+JobClaimDue = text(f"""
     SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at
     FROM jobs j JOIN webhook_events e USING (provider, event_id)
     WHERE j.id IN (
         SELECT id FROM jobs
-        WHERE status = 'pending' AND run_at <= now()
+        WHERE status = '{PENDING}' AND run_at <= now()
         ORDER BY run_at, id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -70,102 +84,90 @@ JobKeysTaken = text("""
 JOB_KEY_LOCK_SPACE = 0x77686B  # the first half of the two-int advisory lock key
 
 # Claim one named job (a message's job) if it is due; the same locking rule.
-JobClaimById = text("""
+JobClaimById = text(f"""
     SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at
     FROM jobs j JOIN webhook_events e USING (provider, event_id)
     WHERE j.id = (
         SELECT id FROM jobs
-        WHERE id = :id AND status = 'pending' AND run_at <= now()
+        WHERE id = :id AND status = '{PENDING}' AND run_at <= now()
         FOR UPDATE SKIP LOCKED
     )
 """)
 
 # Jobs marked done with their outcomes, in the transaction of their handlers' writes: a
-# batch's in one statement. Guarded by status = 'pending': a job is completed once.
+# batch's in one statement. Guarded by status = pending: a job is completed once.
 # finished_at is this statement's time, the transaction's last before COMMIT (now() would
 # be the time the batch began).
-JobMarkDoneMany = text("""
-    UPDATE jobs SET status = 'done', attempts = attempts + 1,
+JobMarkDoneMany = text(f"""
+    UPDATE jobs SET status = '{DONE}', attempts = attempts + 1,
                     finished_at = statement_timestamp(),
                     outcome = done.outcome, last_error = NULL
     FROM unnest(CAST(:ids AS bigint[]), CAST(:outcomes AS text[])) AS done (id, outcome)
-    WHERE jobs.id = done.id AND jobs.status = 'pending'
+    WHERE jobs.id = done.id AND jobs.status = '{PENDING}'
 """)
 
 # After a handler error (its writes rolled back to the savepoint): count the attempt and
 # schedule the next one, or fail the job for good.
-JobMarkRetry = text("""
+JobMarkRetry = text(f"""
     UPDATE jobs SET attempts = attempts + 1, last_error = :error,
                     run_at = now() + make_interval(secs => :delay)
-    WHERE id = :id AND status = 'pending'
+    WHERE id = :id AND status = '{PENDING}'
 """)
 
-JobMarkFailed = text("""
-    UPDATE jobs SET status = 'failed', attempts = attempts + 1, last_error = :error,
+JobMarkFailed = text(f"""
+    UPDATE jobs SET status = '{FAILED}', attempts = attempts + 1, last_error = :error,
                     finished_at = statement_timestamp()
-    WHERE id = :id AND status = 'pending'
+    WHERE id = :id AND status = '{PENDING}'
 """)
 
-JobCountDue = text("""
-    SELECT count(*) FROM jobs WHERE status = 'pending' AND run_at <= now()
+JobCountDue = text(f"""
+    SELECT count(*) FROM jobs WHERE status = '{PENDING}' AND run_at <= now()
 """)
 
-JobCountPending = text("SELECT count(*) FROM jobs WHERE status = 'pending'")
+# Replay, step 1: the named jobs and their statuses, locked, so the refusal of a done job
+# and the move of the failed ones see the same rows.
+JobStatusesLocked = text("""
+    SELECT id, status FROM jobs WHERE id = ANY(:ids) ORDER BY id FOR UPDATE
+""")
 
-# Replay: only failed jobs move back to pending; attempts start again.
-JobReplay = text("""
-    UPDATE jobs SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL
-    WHERE id = ANY(:ids) AND status = 'failed'
+# Replay, step 1 with --all: the failed jobs matching the filters (each NULL filter
+# matches everything), locked.
+JobFailedMatching = text(f"""
+    SELECT id FROM jobs
+    WHERE status = '{FAILED}'
+      AND (CAST(:provider AS text) IS NULL OR provider = :provider)
+      AND (CAST(:event_type AS text) IS NULL OR event_type = :event_type)
+      AND (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
+    ORDER BY id FOR UPDATE
+""")
+
+# Replay, step 2: only failed jobs move back to pending (a done job never runs again);
+# attempts start again.
+JobReplay = text(f"""
+    UPDATE jobs SET status = '{PENDING}', attempts = 0, run_at = now(), finished_at = NULL
+    WHERE id = ANY(:ids) AND status = '{FAILED}'
     RETURNING id
 """)
 
-# --- ledger -------------------------------------------------------------------------
-
-# Locks the account row first (ON CONFLICT DO UPDATE takes the row lock), so every
-# transaction touching a customer's money takes that customer's lock before anything else.
-AccountLock = text("""
-    INSERT INTO accounts (customer_id, currency) VALUES (:customer_id, :currency)
-    ON CONFLICT (customer_id, currency) DO UPDATE SET updated_at = now()
-    RETURNING balance
+# Retention: a bounded batch of events whose job is done and finished before the cutoff,
+# with their jobs and duplicate records (ON DELETE CASCADE). Never pending or failed work.
+# SKIP LOCKED keeps two pruners out of each other's way.
+EventDeleteFinished = text(f"""
+    DELETE FROM webhook_events e
+    USING (
+        SELECT j.provider, j.event_id FROM jobs j
+        WHERE j.status = '{DONE}' AND j.finished_at < now() - make_interval(days => :days)
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ) old
+    WHERE e.provider = old.provider AND e.event_id = old.event_id
 """)
 
-# UNIQUE (entry_key): a business fact (an invoice credit, a refund level) is booked once,
-# and the balance moves only by the entry this very statement inserted: both or neither.
-# One statement, one round trip; run after AccountLock, which holds the account row.
-LedgerBook = text("""
-    WITH entry AS (
-        INSERT INTO ledger_entries
-            (customer_id, currency, amount, provider, event_id, entry_key, kind, reference)
-        VALUES
-            (:customer_id, :currency, :amount, :provider, :event_id, :entry_key, :kind,
-             :reference)
-        ON CONFLICT (entry_key) DO NOTHING
-        RETURNING amount
-    )
-    UPDATE accounts SET balance = balance + entry.amount, updated_at = now()
-    FROM entry
-    WHERE customer_id = :customer_id AND currency = :currency
-    RETURNING balance
-""")
+# --- periodic tasks -----------------------------------------------------------------
 
-# Read under the account lock, so two refunds of one charge cannot both see the old total.
-LedgerRefundedTotal = text("""
-    SELECT coalesce(-sum(amount), 0) FROM ledger_entries
-    WHERE kind = 'refund' AND reference = :charge_id
-""")
-
-# Applies the event only if it is not older than the last one applied to the subscription.
-SubscriptionUpsert = text("""
-    INSERT INTO subscriptions
-        (subscription_id, customer_id, status, last_event_created, last_event_id)
-    VALUES (:subscription_id, :customer_id, :status, :created, :event_id)
-    ON CONFLICT (subscription_id) DO UPDATE
-        SET customer_id = EXCLUDED.customer_id, status = EXCLUDED.status,
-            last_event_created = EXCLUDED.last_event_created,
-            last_event_id = EXCLUDED.last_event_id, updated_at = now()
-        WHERE subscriptions.last_event_created <= EXCLUDED.last_event_created
-    RETURNING subscription_id
-""")
+# One clock at a time runs a task: a second clock (started by mistake) skips the tick
+# rather than wait. Held until the transaction ends.
+ClockTryLock = text("SELECT pg_try_advisory_xact_lock(hashtext(:name))")
 
 # --- outbox -------------------------------------------------------------------------
 
@@ -179,20 +181,37 @@ OutboxInsert = text("""
     RETURNING id
 """)
 
-OutboxCountDue = text("""
-    SELECT count(*) FROM outbox WHERE status = 'pending' AND run_at <= now()
+OutboxCountDue = text(f"""
+    SELECT count(*) FROM outbox WHERE status = '{EMAIL_PENDING}' AND run_at <= now()
 """)
+
+
+
+class ClaimedEmail(NamedTuple):
+    """A row of OutboxClaimDue; attempts counts the attempt this claim started."""
+
+    id: int
+    idempotency_key: str
+    kind: str
+    to_address: str
+    subject: str
+    text_body: str
+    html_body: str
+    provider: str | None
+    event_id: str | None
+    attempts: int
+
 
 # SKIP LOCKED: concurrent dispatchers claim disjoint rows. The same statement records the
 # attempt and pushes run_at past a lease, and commits before any call to Postmark: the row
 # is invisible to other claims while in flight, and comes back by itself if we die.
-OutboxClaimDue = text("""
+OutboxClaimDue = text(f"""
     UPDATE outbox
     SET attempts = attempts + 1, attempted_at = now(),
         run_at = now() + make_interval(secs => :lease)
     WHERE id IN (
         SELECT id FROM outbox
-        WHERE status = 'pending' AND run_at <= now()
+        WHERE status = '{EMAIL_PENDING}' AND run_at <= now()
         ORDER BY run_at, id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -205,23 +224,24 @@ OutboxClaimDue = text("""
 # attempt this dispatcher claimed: once its lease ran out and another dispatcher
 # re-claimed the row (attempts + 1), a late mark updates nothing. RETURNING names the rows
 # whose guard held.
-OutboxMarkSentMany = text("""
-    UPDATE outbox SET status = 'sent', message_id = sent.message_id, sent_at = now(),
+OutboxMarkSentMany = text(f"""
+    UPDATE outbox SET status = '{SENT}', message_id = sent.message_id, sent_at = now(),
                       last_error = NULL
     FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]),
                 CAST(:message_ids AS text[])) AS sent (id, attempts, message_id)
-    WHERE outbox.id = sent.id AND outbox.status = 'pending' AND outbox.attempts = sent.attempts
+    WHERE outbox.id = sent.id AND outbox.status = '{EMAIL_PENDING}'
+      AND outbox.attempts = sent.attempts
     RETURNING outbox.id
 """)
 
 # Same guard; the row stays pending and is claimed again (and searched first) after delay.
-OutboxMarkRetry = text("""
+OutboxMarkRetry = text(f"""
     UPDATE outbox SET run_at = now() + make_interval(secs => :delay), last_error = :error
-    WHERE id = :id AND status = 'pending' AND attempts = :attempts
+    WHERE id = :id AND status = '{EMAIL_PENDING}' AND attempts = :attempts
 """)
 
 # Same guard: only the dispatcher holding the current attempt can fail the row.
-OutboxMarkFailed = text("""
-    UPDATE outbox SET status = 'failed', last_error = :error
-    WHERE id = :id AND status = 'pending' AND attempts = :attempts
+OutboxMarkFailed = text(f"""
+    UPDATE outbox SET status = '{EMAIL_FAILED}', last_error = :error
+    WHERE id = :id AND status = '{EMAIL_PENDING}' AND attempts = :attempts
 """)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from shared.errors import ConfigError
+from shared.errors import ConfigError, MissingVariable
 
 PROVIDER_SECRET_VARIABLES: dict[str, str] = {
     "stripe": "STRIPE_WEBHOOK_SECRET",
@@ -31,8 +31,10 @@ BROKER_SCHEMES = ("redis", "rediss", "unix", "amqp", "amqps")
 
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = None  # None: the embedded Postgres (dev and tests only)
-    broker_url: str | None = None  # None: the embedded broker (dev and tests only)
+    # None when unset: every Procfile process then refuses to start (require_servers);
+    # only `webhooks dev` and the tests start embedded servers instead.
+    database_url: str | None = None
+    broker_url: str | None = None
     port: int = 8000
     secrets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     tolerance_seconds: int = 300
@@ -74,6 +76,18 @@ class Settings:
 
     def secrets_for(self, provider: str) -> tuple[str, ...]:
         return self.secrets.get(provider, ())
+
+    def require_servers(self, *, broker: bool = True) -> None:
+        """MissingVariable unless DATABASE_URL (and BROKER_URL) are set. A deploy that
+        forgot one must stop at once, never acknowledge webhooks into a local folder."""
+        missing = [name for name, value in (("DATABASE_URL", self.database_url),
+                                            ("BROKER_URL", self.broker_url if broker else ""))
+                   if value is None]
+        if missing:
+            raise MissingVariable(missing[0], NO_EMBEDDED_SERVERS)
+
+
+NO_EMBEDDED_SERVERS = "deployed processes never start an embedded server (only `webhooks dev` does)"
 
 
 def _names(raw: str) -> tuple[str, ...]:

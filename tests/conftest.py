@@ -1,14 +1,19 @@
 """Test infrastructure: a real Postgres and a real broker.
 
-Postgres: DATABASE_URL if set (CI sets it to the machine's server), else the embedded
-pgserver. Each test session creates its own database, migrated with Alembic; each test
-starts from empty tables. Broker: BROKER_URL if set, else the embedded Redis.
+Postgres: DATABASE_URL if set (CI sets it to the machine's server), else an embedded
+pgserver started for this run. Each test session creates its own database, migrated with
+Alembic; each test starts from empty tables. Broker: BROKER_URL if set, else an embedded
+Redis started for this run. The embedded servers a run starts end with it, unless
+WEBHOOKS_TEST_KEEP_SERVERS=1 asks to keep them (in one folder under the temp folder) for
+the next run's speed.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,31 +28,61 @@ from shared.settings import Settings
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = ("outbox", "ledger_entries", "accounts", "subscriptions", "webhook_duplicates",
           "jobs", "webhook_events")
-TEST_DATA_DIR = Path(tempfile.gettempdir()) / "webhooks-test-embedded"
+KEEP_SERVERS = "WEBHOOKS_TEST_KEEP_SERVERS"
+
+
+def keep_servers() -> bool:
+    return os.environ.get(KEEP_SERVERS, "") not in ("", "0")
+
+
+@functools.cache
+def embedded_dir() -> Path:
+    """The folder of this run's embedded servers: its own, or the kept one."""
+    if keep_servers():
+        kept = Path(tempfile.gettempdir()) / "webhooks-test-embedded"
+        kept.mkdir(exist_ok=True)
+        return kept
+    return Path(tempfile.mkdtemp(prefix="webhooks-test-embedded-"))
+
+
+_started: set[str] = set()  # the embedded servers this run started: "postgres", "broker"
 
 
 def server_url() -> str:
     raw = os.environ.get("DATABASE_URL")
     if raw:
         return db.sqlalchemy_url(raw)
-    from shared import embedded
+    from webhooks import embedded
 
-    return db.sqlalchemy_url(embedded.postgres_url(TEST_DATA_DIR))
+    _started.add("postgres")
+    return db.sqlalchemy_url(embedded.start_postgres(embedded_dir()))
 
 
 def broker_url() -> str:
     raw = os.environ.get("BROKER_URL")
     if raw:
         return raw
-    from shared import embedded
+    from webhooks import embedded
 
-    return embedded.broker_url(TEST_DATA_DIR)
+    _started.add("broker")
+    return embedded.start_broker(embedded_dir())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the embedded servers this run started (unless they are to be kept)."""
+    if not _started or keep_servers():
+        return
+    from webhooks import embedded
+
+    folder = embedded_dir()
+    embedded.stop_broker(folder)
+    embedded.stop_postgres(folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def migrate(url: str) -> None:
-    from alembic.config import Config
-
     from alembic import command
+    from alembic.config import Config
 
     config = Config(str(ROOT / "alembic.ini"))
     config.attributes["configure_logger"] = False

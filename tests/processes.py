@@ -27,7 +27,7 @@ def free_port() -> int:
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     handle = log.open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", *args], cwd=ROOT, env={**os.environ, **env},
+        [sys.executable, "-m", "webhooks", *args], cwd=ROOT, env={**os.environ, **env},
         stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
     )
 

@@ -14,10 +14,9 @@ import time
 import dramatiq
 from sqlalchemy.engine import Engine
 
-from shared import db
+from shared import db, wakeups
 from shared.logs import configure_logging
 from shared.settings import Settings
-from worker import broker as wakeups
 from worker import handlers, jobs, outbox
 
 settings = Settings.from_env()

@@ -1,15 +1,11 @@
 """Claim, complete, retry and fail jobs. The job row is the truth; messages only wake us.
-
-    pending --(handler committed, same transaction)--> done
-    pending --(error, attempts left)--> pending, run_at = now() + backoff
-    pending --(error, attempts exhausted; or PermanentJobError)--> failed
-    failed  --(webhooks replay)--> pending
+The transitions are shared.models.JobStatus's.
 
 A drain claims up to `limit` due jobs with one FOR UPDATE SKIP LOCKED and applies them in
 that one transaction: each job's business writes and its `done` mark commit together (with
 its neighbours'), or not at all. A worker killed at any moment leaves an open transaction
 that Postgres rolls back: the locks drop, the jobs are still pending, the next claim takes
-them. One COMMIT for many jobs is what makes a drain fast (see benchmarks/).
+them. One COMMIT for many jobs is what makes a drain fast.
 
 The batch is optimistic: no savepoint per job. If any handler raises (or a statement
 fails), the whole batch rolls back and its jobs run again one transaction each, with a
@@ -42,17 +38,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from shared import db, metrics, queries
-from shared.errors import DatabaseUnavailable, PermanentJobError
+from shared.errors import DatabaseUnavailable, PermanentJobError, describe
+from shared.queries import ClaimedJob
 from shared.settings import Settings
 from worker import handlers
 
 log = logging.getLogger(__name__)
 
 MAX_DELAY_SECONDS = 3600.0
-MAX_ERROR_LENGTH = 2000
-
-
-BATCH_SECONDS = 0.25  # a batch takes no new job after this long (50 fast jobs: ~20 ms)
+BATCH_SECONDS = 0.25  # a batch takes no new job after this long
 COLD_CLAIM = 10  # a process's first claims, before it knows how long its jobs take
 
 
@@ -111,12 +105,12 @@ def process_batch(
         _process_one(engine, settings, job_id, result)
         return result
     applied: list[_Applied] = []
-    ordered: list[Any] = []
+    ordered: list[ClaimedJob] = []
     started = time.monotonic()
     try:
         with db.transaction(engine) as conn:
             limit = pace.claim_limit(limit, budget_seconds)
-            rows = db.fetch_all_in(conn, queries.JobClaimDue, {"limit": limit})
+            rows = db.fetch_all_in(conn, queries.JobClaimDue, {"limit": limit}, ClaimedJob)
             ordered = _runnable(conn, rows)
             for row in ordered:
                 if applied and time.monotonic() - started > budget_seconds:
@@ -142,12 +136,12 @@ def process_batch(
 
 @dataclass(frozen=True)
 class _Applied:
-    row: Any
+    row: ClaimedJob
     outcome: str
     emails_queued: int
 
 
-def _lock_order(row: Any) -> tuple[str, str, str, int]:
+def _lock_order(row: ClaimedJob) -> tuple[str, str, str, int]:
     """The order in which a batch runs its jobs: by the customer, currency and id of the
     event's data.object (the account, and the subscription, invoice or charge rows the
     reference handlers lock), then by job id."""
@@ -159,7 +153,7 @@ def _lock_order(row: Any) -> tuple[str, str, str, int]:
             str(obj.get("id") or ""), row.id)
 
 
-def _runnable(conn: Connection, rows: Sequence[Any]) -> list[Any]:
+def _runnable(conn: Connection, rows: Sequence[ClaimedJob]) -> list[ClaimedJob]:
     """The claimed jobs in lock order, less those whose customer (or object) another
     batch holds; this batch now holds the keys of the rest. A batch does not wait for
     another's commit, which under load chained batches into convoys (ack-to-applied p99
@@ -172,19 +166,19 @@ def _runnable(conn: Connection, rows: Sequence[Any]) -> list[Any]:
     wanted = sorted({key for key in keys.values() if key})
     if not wanted:
         return ordered
-    taken = {row[0] for row in db.fetch_all_in(conn, queries.JobKeysTaken, {
-        "keys": wanted, "space": queries.JOB_KEY_LOCK_SPACE})}
+    taken = set(db.fetch_scalars_in(conn, queries.JobKeysTaken, {
+        "keys": wanted, "space": queries.JOB_KEY_LOCK_SPACE}))
     return [row for row in ordered if not keys[row.id] or keys[row.id] in taken]
 
 
-def _context(conn: Connection, settings: Settings, row: Any) -> handlers.JobContext:
+def _context(conn: Connection, settings: Settings, row: ClaimedJob) -> handlers.JobContext:
     return handlers.JobContext(
         conn=conn, settings=settings, job_id=row.id, provider=row.provider,
         event_id=row.event_id, event_type=row.event_type, payload=row.payload,
     )
 
 
-def _run_handler(conn: Connection, settings: Settings, row: Any) -> _Applied:
+def _run_handler(conn: Connection, settings: Settings, row: ClaimedJob) -> _Applied:
     ctx = _context(conn, settings, row)
     function = handlers.find(row.provider, row.event_type)
     outcome = function(ctx) if function else "no handler"
@@ -211,7 +205,7 @@ def _after_done(job: _Applied, result: BatchResult) -> None:
                                 "event_id": row.event_id, "outcome": job.outcome})
 
 
-def _one_at_a_time(engine: Engine, settings: Settings, ordered: list[Any], reached: int,
+def _one_at_a_time(engine: Engine, settings: Settings, ordered: list[ClaimedJob], reached: int,
                    error: Exception, deadline: float) -> BatchResult:
     """After a failed batch (rolled back): its jobs one transaction each, in the same order;
     at least the `reached` first ones (the failed one included, so that its attempt is
@@ -229,7 +223,7 @@ def _one_at_a_time(engine: Engine, settings: Settings, ordered: list[Any], reach
 def _process_one(engine: Engine, settings: Settings, job_id: int, result: BatchResult) -> None:
     """Claim one job by id, if it is still due, and apply it in its own transaction."""
     with db.transaction(engine) as conn:
-        rows = db.fetch_all_in(conn, queries.JobClaimById, {"id": job_id})
+        rows = db.fetch_all_in(conn, queries.JobClaimById, {"id": job_id}, ClaimedJob)
         if not rows:
             return
         row = rows[0]
@@ -240,7 +234,7 @@ def _process_one(engine: Engine, settings: Settings, job_id: int, result: BatchR
 
 
 def _apply(
-    conn: Connection, settings: Settings, row: Any, result: BatchResult
+    conn: Connection, settings: Settings, row: ClaimedJob, result: BatchResult
 ) -> _Applied | None:
     """One job in its own transaction: the handler in a savepoint, so that a failed attempt
     is rolled back and recorded (retry or failed) in the same transaction."""
@@ -258,7 +252,7 @@ def _apply(
 
 
 def _after_error(
-    conn: Connection, settings: Settings, row: Any, error: Exception, result: BatchResult,
+    conn: Connection, settings: Settings, row: ClaimedJob, error: Exception, result: BatchResult,
     context: dict[str, Any],
 ) -> None:
     if db.is_unavailable(error):
@@ -269,7 +263,7 @@ def _after_error(
         log.warning("job deferred after lock conflict", extra=context)
         result.deferred.append(row.id)
         return
-    message = f"{type(error).__name__}: {error}"[:MAX_ERROR_LENGTH]
+    message = describe(error)
     attempts = row.attempts + 1
     if isinstance(error, PermanentJobError) or attempts >= settings.job_max_attempts:
         _mark(conn, queries.JobMarkFailed, {"id": row.id, "error": message})
@@ -291,16 +285,3 @@ def _mark(conn: Connection, statement: sa.TextClause, params: dict[str, Any]) ->
         # Impossible while we hold the row lock from the claim; refuse to commit if it happens.
         raise RuntimeError(f"job {params['id']} was not pending when it was marked")
 
-
-def wait_for_database(engine: Engine, timeout: float) -> None:
-    """Used by process start-up: wait until Postgres answers (or raise)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with engine.connect() as conn:
-                conn.execute(sa.text("SELECT 1"))
-            return
-        except sa.exc.SQLAlchemyError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)

@@ -1,13 +1,5 @@
-"""Dispatch outbox emails through Postmark, once per idempotency key.
-
-    pending --claim--> in flight: still 'pending', attempts + 1, attempted_at = now(),
-                       run_at = now() + LEASE_SECONDS; committed before any HTTP call
-    in flight --(Postmark accepted; or the search found the key)--> sent (message_id)
-    in flight --(a 4xx the message can never pass: invalid or inactive recipient)--> failed
-    in flight --(5xx, timeout, dropped connection; attempts left)--> pending,
-                run_at = now() + backoff
-    in flight --(the same, attempts exhausted)--> failed
-    in flight --(dispatcher killed, or out of time)--> pending again when run_at passes
+"""Dispatch outbox emails through Postmark, once per idempotency key. The transitions
+are shared.models.EmailStatus's; a claim leases a row for LEASE_SECONDS.
 
 No database transaction is open during an HTTP call: the claim commits first, and the
 outcomes are written in a second short transaction. Every mark is guarded by the attempt
@@ -34,8 +26,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, metrics, queries
-from shared.errors import EmailOutcomeUnknown, EmailRejected
+from shared import db, metrics, queries, wakeups
+from shared.errors import EmailOutcomeUnknown, EmailRejected, describe
+from shared.queries import ClaimedEmail
 from shared.settings import Settings
 from worker import postmark
 from worker.jobs import retry_delay
@@ -50,9 +43,6 @@ LEASE_SECONDS = 45.0
 # client's timeout at worst) well inside the lease. Rows not reached are given back.
 SEND_DEADLINE_SECONDS = 20.0
 MIN_RETRY_SECONDS = 1.0
-MAX_ERROR_LENGTH = 2000
-# A row of queries.OutboxClaimDue, as db.fetch_all_in returns it: a named tuple.
-ClaimedRow = Any
 
 
 @dataclass
@@ -64,8 +54,8 @@ class DispatchResult:
     claimed: int = 0
 
 
-def dispatch_due(engine: Engine, settings: Settings, limit: int = 50, *,
-                 sender: Sender | None = None) -> DispatchResult:
+def dispatch_due(engine: Engine, settings: Settings, limit: int = wakeups.EMAILS_PER_MESSAGE,
+                 *, sender: Sender | None = None) -> DispatchResult:
     """Claim up to `limit` due emails, send them, and record each outcome."""
     sender = sender or postmark.sender_for(settings)
     deadline = time.monotonic() + SEND_DEADLINE_SECONDS
@@ -77,14 +67,14 @@ def dispatch_due(engine: Engine, settings: Settings, limit: int = 50, *,
     return result
 
 
-def _claim(engine: Engine, limit: int) -> list[ClaimedRow]:
+def _claim(engine: Engine, limit: int) -> list[ClaimedEmail]:
     with db.transaction(engine) as conn:
         rows = db.fetch_all_in(conn, queries.OutboxClaimDue,
-                               {"limit": limit, "lease": LEASE_SECONDS})
+                               {"limit": limit, "lease": LEASE_SECONDS}, ClaimedEmail)
     return sorted(rows, key=lambda row: row.id)
 
 
-def _attempt(sender: Sender, rows: Sequence[ClaimedRow], settings: Settings,
+def _attempt(sender: Sender, rows: Sequence[ClaimedEmail], settings: Settings,
              deadline: float) -> dict[int, Outcome]:
     """Search for the rows with an earlier attempt, then send the rest in one request."""
     outcomes: dict[int, Outcome] = {}
@@ -104,7 +94,7 @@ def _attempt(sender: Sender, rows: Sequence[ClaimedRow], settings: Settings,
     return outcomes
 
 
-def _search(sender: Sender, row: ClaimedRow, settings: Settings) -> Outcome | None:
+def _search(sender: Sender, row: ClaimedEmail, settings: Settings) -> Outcome | None:
     """Sent if Postmark already has this key; None if the row should be sent now."""
     try:
         message_id = sender.find_sent(row.idempotency_key)
@@ -119,13 +109,13 @@ def _search(sender: Sender, row: ClaimedRow, settings: Settings) -> Outcome | No
     return None
 
 
-def _email(row: ClaimedRow) -> OutboundEmail:
+def _email(row: ClaimedEmail) -> OutboundEmail:
     return OutboundEmail(idempotency_key=row.idempotency_key, to=row.to_address,
                          subject=row.subject, text_body=row.text_body,
                          html_body=row.html_body)
 
 
-def _record(engine: Engine, settings: Settings, rows: Sequence[ClaimedRow],
+def _record(engine: Engine, settings: Settings, rows: Sequence[ClaimedEmail],
             outcomes: dict[int, Outcome], result: DispatchResult) -> None:
     """Write every outcome in one transaction (the sent ones in one statement), then count
     and log what changed."""
@@ -148,7 +138,7 @@ def _record(engine: Engine, settings: Settings, rows: Sequence[ClaimedRow],
         _report(row, status, params, result)
 
 
-def _mark_sent(conn: Connection, rows: Sequence[ClaimedRow],
+def _mark_sent(conn: Connection, rows: Sequence[ClaimedEmail],
                outcomes: dict[int, Outcome]) -> dict[int, tuple[str, dict[str, Any]]]:
     """Mark the sent rows, each guarded by the attempt we claimed; those whose guard held."""
     message_ids = {}
@@ -158,14 +148,14 @@ def _mark_sent(conn: Connection, rows: Sequence[ClaimedRow],
         message_ids[row.id] = outcome.message_id
     if not message_ids:
         return {}
-    updated = [row[0] for row in db.fetch_all_in(conn, queries.OutboxMarkSentMany, {
+    updated = db.fetch_scalars_in(conn, queries.OutboxMarkSentMany, {
         "ids": list(message_ids), "attempts": [row.attempts for row in rows],
         "message_ids": list(message_ids.values()),
-    })]
+    })
     return {id_: ("sent", {"message_id": message_ids[id_]}) for id_ in updated}
 
 
-def _mark(conn: Connection, settings: Settings, row: ClaimedRow,
+def _mark(conn: Connection, settings: Settings, row: ClaimedEmail,
           outcome: EmailRejected | EmailOutcomeUnknown | None) -> tuple[str, dict[str, Any]] | None:
     """Apply one outcome other than sent, guarded by the attempt we claimed; None if the
     guard failed."""
@@ -176,17 +166,17 @@ def _mark(conn: Connection, settings: Settings, row: ClaimedRow,
         params = {**guard, "delay": 0, "error": "not attempted: the dispatcher ran out of time"}
     elif isinstance(outcome, EmailRejected) or row.attempts >= settings.job_max_attempts:
         status, statement = "failed", queries.OutboxMarkFailed
-        params = {**guard, "error": _error(outcome)}
+        params = {**guard, "error": describe(outcome)}
     else:
         delay = max(retry_delay(row.attempts, settings.job_retry_base_seconds),
                     MIN_RETRY_SECONDS)
         status, statement = "retried", queries.OutboxMarkRetry
-        params = {**guard, "delay": delay, "error": _error(outcome)}
+        params = {**guard, "delay": delay, "error": describe(outcome)}
     updated = conn.execute(statement, params).rowcount
     return (status, params) if updated == 1 else None
 
 
-def _report(row: ClaimedRow, status: str, params: dict[str, Any],
+def _report(row: ClaimedEmail, status: str, params: dict[str, Any],
             result: DispatchResult) -> None:
     context = {**_context(row), "attempts": row.attempts}
     if status == "sent":
@@ -207,20 +197,16 @@ def _report(row: ClaimedRow, status: str, params: dict[str, Any],
         log.info("email not attempted in time, released", extra=context)
 
 
-def _context(row: ClaimedRow) -> dict[str, Any]:
+def _context(row: ClaimedEmail) -> dict[str, Any]:
     return {"idempotency_key": row.idempotency_key, "outbox_id": row.id, "kind": row.kind,
             "provider": row.provider, "event_id": row.event_id}
-
-
-def _error(outcome: EmailRejected | EmailOutcomeUnknown) -> str:
-    return f"{type(outcome).__name__}: {outcome}"[:MAX_ERROR_LENGTH]
 
 
 class OneDispatchPerProcess:
     """At most one dispatch loop at a time in this process; wake-ups that arrive while it
     runs make it go round again instead of starting another. Concurrent dispatches in one
-    process would only split the due emails into smaller claims and Postmark requests
-    (four at once cost a drain of 20,000 invoices ~15%: benchmarks/)."""
+    process would only split the due emails into smaller claims and Postmark requests,
+    and slow the drain (benchmarks/results/README.md)."""
 
     def __init__(self) -> None:
         self._running = threading.Lock()

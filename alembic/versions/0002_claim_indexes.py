@@ -12,7 +12,6 @@ Create Date: 2026-11-30 06:20:00.000000
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision: str = "0002"

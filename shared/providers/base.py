@@ -7,11 +7,12 @@ happens before any database access.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shared.errors import InvalidPayload, InvalidSignature
@@ -32,23 +33,6 @@ class Delivery:
     payload: dict[str, Any]
     # A reply to answer at once without recording anything (Slack's url_verification).
     reply: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class SignedRequest:
-    """What `webhooks send` and the tests post: headers to add to a JSON body."""
-
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-class Provider(Protocol):
-    name: str
-
-    def verify(
-        self, body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
-    ) -> Delivery: ...
-
-    def sign(self, body: bytes, secret: str, now: float) -> dict[str, str]: ...
 
 
 def parse_object(body: bytes) -> dict[str, Any]:
@@ -91,6 +75,34 @@ def check_timestamp(raw: Any, tolerance: int, now: float) -> int:
 def hmac_sha256(secret: str | bytes, message: bytes) -> bytes:
     key = secret.encode() if isinstance(secret, str) else secret
     return hmac.new(key, message, hashlib.sha256).digest()
+
+
+def hex_digest(digest: bytes) -> str:
+    return digest.hex()
+
+
+def base64_digest(digest: bytes) -> str:
+    return base64.b64encode(digest).decode("ascii")
+
+
+@dataclass(frozen=True)
+class HmacScheme:
+    """A signature that is an HMAC-SHA256 of a signed message under the endpoint secret,
+    written as `prefix + encode(digest)`: the shape GitHub, Shopify, Paddle and Slack
+    share. What each signs (the body, or a timestamp and the body) is the provider's."""
+
+    header: str  # where the signature arrives, for error messages
+    encode: Callable[[bytes], str]
+    prefix: str = ""
+
+    def sign(self, secret: str, message: bytes) -> str:
+        return self.prefix + self.encode(hmac_sha256(secret, message))
+
+    def verify(self, secrets: tuple[str, ...], message: bytes, given: list[str]) -> None:
+        """InvalidSignature unless one of `given` is the signature under one of secrets
+        (constant-time comparisons of each against each)."""
+        if not matches_any([self.sign(secret, message) for secret in secrets], given):
+            raise InvalidSignature(f"{self.header} matches no configured secret")
 
 
 def matches_any(expected: list[bytes | str], given: list[str]) -> bool:

@@ -9,28 +9,25 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-from shared.errors import InvalidSignature
 from shared.providers.base import (
     Delivery,
     Headers,
+    HmacScheme,
     header,
-    hmac_sha256,
-    matches_any,
+    hex_digest,
     optional_type,
     parse_object,
     require_id,
 )
 
 name = "github"
+SIGNATURE = HmacScheme("X-Hub-Signature-256", hex_digest, prefix="sha256=")
 
 
 def verify(
     body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
 ) -> Delivery:
-    signature = header(headers, "X-Hub-Signature-256").strip()
-    expected: list[bytes | str] = [_signature(secret, body) for secret in secrets]
-    if not matches_any(expected, [signature]):
-        raise InvalidSignature("X-Hub-Signature-256 matches no configured secret")
+    SIGNATURE.verify(secrets, body, [header(headers, SIGNATURE.header).strip()])
     payload = parse_object(body)
     return Delivery(
         event_id=require_id(headers.get("X-GitHub-Delivery"), "X-GitHub-Delivery"),
@@ -43,8 +40,4 @@ def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
     # The id is derived from the body, so sending one file twice is a duplicate, as it is
     # for the providers whose event id is inside the body.
     delivery = str(uuid.UUID(bytes=hashlib.sha256(body).digest()[:16]))
-    return {"X-Hub-Signature-256": _signature(secret, body), "X-GitHub-Delivery": delivery}
-
-
-def _signature(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac_sha256(secret, body).hex()
+    return {SIGNATURE.header: SIGNATURE.sign(secret, body), "X-GitHub-Delivery": delivery}

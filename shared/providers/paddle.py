@@ -10,27 +10,25 @@ from shared.errors import InvalidSignature
 from shared.providers.base import (
     Delivery,
     Headers,
+    HmacScheme,
     check_timestamp,
     header,
-    hmac_sha256,
-    matches_any,
+    hex_digest,
     optional_type,
     parse_object,
     require_id,
 )
 
 name = "paddle"
+SIGNATURE = HmacScheme("Paddle-Signature", hex_digest)
 
 
 def verify(
     body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
 ) -> Delivery:
-    timestamp, signatures = _parse(header(headers, "Paddle-Signature"))
+    timestamp, signatures = _parse(header(headers, SIGNATURE.header))
     check_timestamp(timestamp, tolerance, now)
-    message = timestamp.encode() + b":" + body
-    expected: list[bytes | str] = [hmac_sha256(secret, message).hex() for secret in secrets]
-    if not matches_any(expected, signatures):
-        raise InvalidSignature("no Paddle signature matches a configured secret")
+    SIGNATURE.verify(secrets, timestamp.encode() + b":" + body, signatures)
     payload = parse_object(body)
     return Delivery(
         event_id=require_id(payload.get("event_id"), "event id"),
@@ -41,8 +39,8 @@ def verify(
 
 def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
     timestamp = str(int(now))
-    digest = hmac_sha256(secret, timestamp.encode() + b":" + body)
-    return {"Paddle-Signature": f"ts={timestamp};h1={digest.hex()}"}
+    signature = SIGNATURE.sign(secret, timestamp.encode() + b":" + body)
+    return {SIGNATURE.header: f"ts={timestamp};h1={signature}"}
 
 
 def _parse(signature: str) -> tuple[str, list[str]]:

@@ -1,43 +1,45 @@
-"""Shopify: `X-Shopify-Hmac-Sha256: <base64 HMAC-SHA256 of the raw body>`.
+"""Shopify: `X-Shopify-Hmac-Sha256: <base64 HMAC-SHA256 of the raw body>`, the event id in
+`X-Shopify-Webhook-Id` and the topic in `X-Shopify-Topic`. Shopify's Events deliveries
+name the same three headers without the `X-` prefix (`Shopify-Hmac-Sha256`, ...); a
+request is read in one family, the `X-` one when its signature header is present.
 
 No timestamp is signed, so there is nothing to check for staleness: replays are caught
-by the event id, `X-Shopify-Webhook-Id`, which Shopify keeps across retries.
+by the event id, which Shopify keeps across retries.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import uuid
 
-from shared.errors import InvalidSignature
 from shared.providers.base import (
     Delivery,
     Headers,
+    HmacScheme,
+    base64_digest,
     header,
-    hmac_sha256,
-    matches_any,
     optional_type,
     parse_object,
     require_id,
 )
 
 name = "shopify"
+# Compared as base64 text: Shopify sends the canonical padded encoding, and decoding
+# first would only widen what we accept (b64decode skips stray characters).
+SIGNATURE = HmacScheme("X-Shopify-Hmac-Sha256", base64_digest)
 
 
 def verify(
     body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
 ) -> Delivery:
-    signature = header(headers, "X-Shopify-Hmac-Sha256").strip()
-    expected: list[bytes | str] = [_digest(secret, body) for secret in secrets]
-    # Compared as base64 text: Shopify sends the canonical padded encoding, and decoding
-    # first would only widen what we accept (b64decode skips stray characters).
-    if not matches_any(expected, [signature]):
-        raise InvalidSignature("X-Shopify-Hmac-Sha256 matches no configured secret")
+    prefix = "X-" if headers.get(SIGNATURE.header) else ""
+    signature = header(headers, f"{prefix}Shopify-Hmac-Sha256").strip()
+    SIGNATURE.verify(secrets, body, [signature])
     payload = parse_object(body)
+    webhook_id = f"{prefix}Shopify-Webhook-Id"
     return Delivery(
-        event_id=require_id(headers.get("X-Shopify-Webhook-Id"), "X-Shopify-Webhook-Id"),
-        event_type=optional_type(headers.get("X-Shopify-Topic")),
+        event_id=require_id(headers.get(webhook_id), webhook_id),
+        event_type=optional_type(headers.get(f"{prefix}Shopify-Topic")),
         payload=payload,
     )
 
@@ -46,8 +48,4 @@ def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
     # The id is derived from the body, so sending one file twice is a duplicate, as it is
     # for the providers whose event id is inside the body.
     webhook_id = str(uuid.UUID(bytes=hashlib.sha256(body).digest()[:16]))
-    return {"X-Shopify-Hmac-Sha256": _digest(secret, body), "X-Shopify-Webhook-Id": webhook_id}
-
-
-def _digest(secret: str, body: bytes) -> str:
-    return base64.b64encode(hmac_sha256(secret, body)).decode("ascii")
+    return {SIGNATURE.header: SIGNATURE.sign(secret, body), "X-Shopify-Webhook-Id": webhook_id}

@@ -14,30 +14,29 @@ from shared.errors import InvalidPayload, InvalidSignature
 from shared.providers.base import (
     Delivery,
     Headers,
+    HmacScheme,
     check_timestamp,
     header,
-    hmac_sha256,
-    matches_any,
+    hex_digest,
     optional_type,
     parse_object,
     require_id,
 )
 
 name = "slack"
+SIGNATURE = HmacScheme("X-Slack-Signature", hex_digest, prefix="v0=")
 
 
 def verify(
     body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
 ) -> Delivery:
-    signature = header(headers, "X-Slack-Signature").strip()
+    signature = header(headers, SIGNATURE.header).strip()
     timestamp = header(headers, "X-Slack-Request-Timestamp").strip()
     # Plain ASCII digits only: int() would also take "+1_700" or non-ASCII digits.
     if not (timestamp.isascii() and timestamp.isdigit()):
         raise InvalidSignature("X-Slack-Request-Timestamp is not a number")
     check_timestamp(timestamp, tolerance, now)
-    expected: list[bytes | str] = [_signature(secret, timestamp, body) for secret in secrets]
-    if not matches_any(expected, [signature]):
-        raise InvalidSignature("X-Slack-Signature matches no configured secret")
+    SIGNATURE.verify(secrets, _message(timestamp, body), [signature])
     payload = parse_object(body)
     if payload.get("type") == "url_verification":
         return _challenge(payload)
@@ -53,12 +52,12 @@ def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
     timestamp = str(int(now))
     return {
         "X-Slack-Request-Timestamp": timestamp,
-        "X-Slack-Signature": _signature(secret, timestamp, body),
+        SIGNATURE.header: SIGNATURE.sign(secret, _message(timestamp, body)),
     }
 
 
-def _signature(secret: str, timestamp: str, body: bytes) -> str:
-    return "v0=" + hmac_sha256(secret, b"v0:" + timestamp.encode() + b":" + body).hex()
+def _message(timestamp: str, body: bytes) -> bytes:
+    return b"v0:" + timestamp.encode() + b":" + body
 
 
 def _challenge(payload: dict[str, Any]) -> Delivery:

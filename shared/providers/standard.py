@@ -1,6 +1,7 @@
 """Standard Webhooks (Svix, Resend, Clerk, ...): `webhook-id`, `webhook-timestamp` and
 `webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body"> [v1,<base64> ...]`,
-with secrets written `whsec_<base64 key>`.
+with secrets written `whsec_<base64 key>`. Svix sends the same three headers named
+`svix-id`, `svix-timestamp` and `svix-signature` (Clerk, Resend): both families are read.
 
 Why we do not call `standardwebhooks.Webhook.verify()` (library 1.1.0; read its source):
 - it checks the timestamp against the wall clock with a fixed 5-minute window, so a
@@ -40,23 +41,24 @@ name = "standard"
 def verify(
     body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
 ) -> Delivery:
-    message_id = header(headers, "webhook-id")
-    timestamp = header(headers, "webhook-timestamp").strip()
-    given = _signatures(header(headers, "webhook-signature"))
+    id_name, timestamp_name, signature_name = _family(headers)
+    message_id = header(headers, id_name)
+    timestamp = header(headers, timestamp_name).strip()
+    given = _signatures(header(headers, signature_name), signature_name)
     # The canonical decimal only: the library signs the integer re-formatted, so any other
     # spelling of the same second ("+1700000000", "01700000000") must not verify.
     if not (timestamp.isascii() and timestamp.isdigit()) or timestamp.startswith("0"):
-        raise InvalidSignature("webhook-timestamp is not a number")
+        raise InvalidSignature(f"{timestamp_name} is not a number")
     check_timestamp(timestamp, tolerance, now)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidSignature("body is not UTF-8") from None
     if not matches_any(_expected(message_id, int(timestamp), text, secrets), given):
-        raise InvalidSignature("no webhook-signature matches a configured secret")
+        raise InvalidSignature(f"no {signature_name} matches a configured secret")
     payload = parse_object(body)
     return Delivery(
-        event_id=require_id(message_id, "webhook-id"),
+        event_id=require_id(message_id, id_name),
         event_type=optional_type(payload.get("type")),
         payload=payload,
     )
@@ -75,7 +77,25 @@ def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
     }
 
 
-def _signatures(value: str) -> list[str]:
+# The same three headers under Svix's names, which Svix sends for Clerk, Resend and others.
+_FAMILIES = (
+    ("webhook-id", "webhook-timestamp", "webhook-signature"),
+    ("svix-id", "svix-timestamp", "svix-signature"),
+)
+
+
+def _family(headers: Headers) -> tuple[str, str, str]:
+    """The names of the header family to read: one family whole, never a mix of the two.
+
+    When both are present, webhook-* wins (the Standard Webhooks names, as the spec says).
+    """
+    for names in _FAMILIES:
+        if any(headers.get(name) is not None for name in names):
+            return names
+    return _FAMILIES[0]
+
+
+def _signatures(value: str, header_name: str) -> list[str]:
     """The base64 of each `v1` signature; other versions (`v1a`, asymmetric) are skipped."""
     found = []
     for entry in value.split():
@@ -83,7 +103,7 @@ def _signatures(value: str) -> list[str]:
         if version == "v1" and signature:
             found.append(signature)
     if not found:
-        raise InvalidSignature("webhook-signature has no v1 signature")
+        raise InvalidSignature(f"{header_name} has no v1 signature")
     return found
 
 

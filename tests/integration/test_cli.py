@@ -10,9 +10,9 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import Engine
 
-from shared.cli import main
 from shared.settings import Settings
 from tests import factories
+from webhooks.cli import main
 
 
 @pytest.fixture()
@@ -87,7 +87,7 @@ def test_bad_usage_exits_2(run, args) -> None:  # type: ignore[no-untyped-def]
     ("STANDARD_WEBHOOK_SECRET", "not base64!"),
 ])
 def test_bad_environment_stops_with_one_line_naming_the_variable(variable, value) -> None:  # type: ignore[no-untyped-def]
-    result = subprocess.run([sys.executable, "-m", "shared.cli", "stats"],
+    result = subprocess.run([sys.executable, "-m", "webhooks", "stats"],
                             env={"PATH": "/usr/bin:/bin", variable: value},
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2

@@ -10,10 +10,10 @@ import requests
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from shared import retention
 from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
-from worker import retention
 
 
 def env_for(settings: Settings, broker_url: str | None = None) -> dict[str, str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -11,12 +13,23 @@ from shared import db
 NUMBERS = sa.text("SELECT n, n * 2 AS double FROM generate_series(1, :last) AS n")
 
 
-def test_fetch_all_in_returns_rows_by_name_and_position(clean_db: Engine) -> None:
+class Number(NamedTuple):
+    n: int
+    double: int
+
+
+def test_fetch_all_in_returns_typed_rows(clean_db: Engine) -> None:
     with clean_db.connect() as conn:
-        rows = db.fetch_all_in(conn, NUMBERS, {"last": 3})
-        assert [(row.n, row.double) for row in rows] == [(1, 2), (2, 4), (3, 6)]
-        assert rows[2][0] == 3
-        assert db.fetch_all_in(conn, sa.text("SELECT 1 WHERE false"), {}) == []
+        rows = db.fetch_all_in(conn, NUMBERS, {"last": 3}, Number)
+        assert rows == [Number(1, 2), Number(2, 4), Number(3, 6)]
+        assert isinstance(rows[0], Number)
+        assert db.fetch_all_in(conn, sa.text("SELECT 1 AS n, 2 AS double WHERE false"), {},
+                               Number) == []
+
+
+def test_fetch_scalars_in_returns_the_first_column(clean_db: Engine) -> None:
+    with clean_db.connect() as conn:
+        assert db.fetch_scalars_in(conn, NUMBERS, {"last": 3}) == [1, 2, 3]
 
 
 def test_execute_in_returns_the_row_count(clean_db: Engine) -> None:

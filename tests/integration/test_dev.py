@@ -1,5 +1,6 @@
 """`webhooks dev` from a fresh clone, with no DATABASE_URL or BROKER_URL: embedded Postgres
-and broker, and a signed event sent with `webhooks send` gets processed."""
+and broker, a signed event sent with `webhooks send` gets processed, the ingest listens on
+127.0.0.1 only, and Ctrl-C stops everything, the embedded servers included."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import sqlalchemy as sa
 
-from shared import db, embedded
+from shared import db
 from tests import processes
+from webhooks import embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,19 +37,22 @@ def test_dev_runs_everything_embedded_and_processes_a_sent_event(tmp_path: Path)
            and not k.endswith(("_WEBHOOK_SECRET", "_SIGNING_SECRET"))}
     env.update({"PORT": str(port), "SWEEP_INTERVAL_SECONDS": "1", "PYTHONPATH": str(clone)})
     log = (tmp_path / "dev.log").open("wb")
-    dev = subprocess.Popen([sys.executable, "-m", "shared.cli", "dev"], cwd=clone, env=env,
+    dev = subprocess.Popen([sys.executable, "-m", "webhooks", "dev"], cwd=clone, env=env,
                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     data_dir = clone / ".webhooks"
     try:
         processes.wait_http(f"http://127.0.0.1:{port}/readyz", timeout=120)
         sent = subprocess.run(
-            [sys.executable, "-m", "shared.cli", "send", "stripe",
+            [sys.executable, "-m", "webhooks", "send", "stripe",
              "examples/stripe/invoice_paid.json", "--repeat", "3", "--concurrency", "3"],
             cwd=clone, env=env, capture_output=True, text=True, timeout=60,
         )
         assert sent.returncode == 0, sent.stdout + sent.stderr
         assert sent.stdout.count('"duplicate":false') == 1
-        engine = sa.create_engine(db.sqlalchemy_url(embedded.postgres_url(data_dir)))
+        assert _listening_addresses(port) == {"127.0.0.1"}
+        database = embedded.running_postgres_url(data_dir)
+        assert database is not None
+        engine = sa.create_engine(db.sqlalchemy_url(database))
         with engine.connect() as conn:
             def applied() -> bool:
                 return conn.execute(sa.text(
@@ -55,7 +61,7 @@ def test_dev_runs_everything_embedded_and_processes_a_sent_event(tmp_path: Path)
             balance = conn.execute(sa.text("SELECT balance FROM accounts")).scalar()
         engine.dispose()
         assert balance == 2500
-        stats = subprocess.run([sys.executable, "-m", "shared.cli", "stats"], cwd=clone, env=env,
+        stats = subprocess.run([sys.executable, "-m", "webhooks", "stats"], cwd=clone, env=env,
                                capture_output=True, text=True, timeout=60)
         assert stats.returncode == 0 and "received" in stats.stdout
     finally:
@@ -64,8 +70,17 @@ def test_dev_runs_everything_embedded_and_processes_a_sent_event(tmp_path: Path)
             assert dev.wait(60) == 0
             # Every process stopped cleanly (none killed at the end of a grace period).
             assert "refused to gracefully stop" not in (tmp_path / "dev.log").read_text()
+            # The embedded servers it started ended with it.
+            assert embedded.running_postgres_url(data_dir) is None
+            assert embedded.running_broker_url(data_dir) is None
         finally:
             if dev.poll() is None:
                 dev.kill()
             embedded.stop_broker(data_dir)
             embedded.stop_postgres(data_dir)
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses on which something listens on port."""
+    return {conn.laddr.ip for conn in psutil.net_connections(kind="inet")
+            if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port}

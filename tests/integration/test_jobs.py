@@ -15,6 +15,7 @@ from shared.settings import Settings
 from tests import factories
 from worker import handlers, jobs
 from worker.handlers import JobContext
+from worker.handlers.stripe import AccountLock
 
 
 def scalar(engine: Engine, sql: str, **params: object) -> object:
@@ -165,7 +166,7 @@ def test_a_batch_skips_the_customers_another_batch_holds_so_batches_never_queue(
     @handlers.handler("stripe", "test.hold_account")
     def hold_account(ctx: JobContext) -> None:
         customer = ctx.payload["data"]["object"]["customer"]
-        ctx.conn.execute(queries.AccountLock, {"customer_id": customer, "currency": "usd"})
+        ctx.conn.execute(AccountLock, {"customer_id": customer, "currency": "usd"})
         ctx.conn.execute(sa.text("SELECT pg_sleep(0.03)"))
 
     customers = [f"cus_{n}" for n in range(10)]
@@ -234,8 +235,8 @@ def test_a_statement_failing_inside_ctx_fetch_is_rolled_back_and_retried(
 
     @handlers.handler("stripe", "test.bad_statement")
     def bad_statement(ctx: JobContext) -> None:
-        ctx.fetch(queries.AccountLock, {"customer_id": "cus_partial", "currency": "usd"})
-        ctx.fetch(queries.AccountLock, {"customer_id": "cus_x", "currency": None})
+        ctx.fetch(AccountLock, {"customer_id": "cus_partial", "currency": "usd"})
+        ctx.fetch(AccountLock, {"customer_id": "cus_x", "currency": None})
 
     good = invoice_job(clean_db, amount=7, customer="cus_ok")
     bad = factories.insert_event_and_job(clean_db, factories.stripe_event(

@@ -1,4 +1,4 @@
-"""worker.redis_broker on a real Redis: a consumer hears a new message (or an ack that makes
+"""shared.redis_broker on a real Redis: a consumer hears a new message (or an ack that makes
 room) at once, where dramatiq's own Redis consumer sleeps between polls, up to its timeout."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 import dramatiq
 import pytest
 
+from shared import wakeups
+from shared.redis_broker import NoticedRedisBroker
 from shared.settings import Settings
-from worker import broker as wakeups
-from worker.redis_broker import NoticedRedisBroker
 
 TIMEOUT_MS = 10_000  # an idle poll would sleep up to this long
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -89,3 +92,18 @@ def test_missing_field_fails_after_max_attempts_with_nothing_applied(clean_db, s
     assert rows(clean_db, "SELECT status, attempts FROM jobs") == [("failed", 3)]
     assert rows(clean_db, "SELECT count(*) FROM ledger_entries") == [(0,)]
     assert rows(clean_db, "SELECT count(*) FROM outbox") == [(0,)]
+
+
+@pytest.mark.parametrize("fixture", ["charge.refunded.guest.json",
+                                     "charge.refunded.guest_beta.json"])
+def test_refund_of_a_guest_charge_completes_with_no_ledger_effect(clean_db, settings,  # type: ignore[no-untyped-def]
+                                                                  fixture) -> None:
+    # Stripe's published charge objects with `customer: null` (tests/fixtures/providers).
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "providers" / "stripe" / fixture
+    event = json.loads(path.read_bytes())
+    assert event["type"] == "charge.refunded" and event["data"]["object"]["customer"] is None
+    run(clean_db, settings, event)
+    assert rows(clean_db, "SELECT status, attempts, outcome FROM jobs") == [
+        ("done", 1, "guest charge: no account to debit")]
+    assert rows(clean_db, "SELECT count(*) FROM ledger_entries") == [(0,)]
+    assert rows(clean_db, "SELECT count(*) FROM accounts") == [(0,)]

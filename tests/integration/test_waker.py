@@ -8,8 +8,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from ingest.waker import Waker
+from shared import wakeups
 from shared.settings import Settings
-from worker import broker as wakeups
 
 FAILURES = "webhooks_broker_enqueue_failures_total"
 

@@ -55,8 +55,8 @@ class JobContext:
 
     def fetch(self, statement: TextClause, params: dict[str, Any]) -> tuple[Any, ...] | None:
         """Run a text() statement in the job's transaction and return its first row (a
-        tuple) or None: ctx.conn.execute(statement, params).first() for a third of the CPU
-        (it goes straight through the driver), for handlers on a hot path."""
+        tuple) or None: ctx.conn.execute(statement, params).first() for less CPU (it goes
+        straight through the driver), for handlers on a hot path."""
         return db.fetch_in(self.conn, statement, params)
 
     def queue_email(

@@ -1,18 +1,66 @@
-"""Reference business logic for Stripe, registered through the public handler API.
+"""Reference business logic for Stripe, registered through the public handler API, with
+its own SQL (the statements below carry its guarantees; each says why it is safe).
 
 Money is in integer minor units; accounts are per (customer, currency). Every handler
-locks the customer's account row first (queries.AccountLock), so transactions that touch
-the same money queue behind each other instead of deadlocking.
+locks the customer's account row first (AccountLock), so transactions that touch the
+same money queue behind each other instead of deadlocking.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shared import queries
+from sqlalchemy import text
+
 from shared.errors import WebhooksError
 from worker import emails
 from worker.handlers import JobContext, handler
+
+# Locks the account row first (ON CONFLICT DO UPDATE takes the row lock), so every
+# transaction touching a customer's money takes that customer's lock before anything else.
+AccountLock = text("""
+    INSERT INTO accounts (customer_id, currency) VALUES (:customer_id, :currency)
+    ON CONFLICT (customer_id, currency) DO UPDATE SET updated_at = now()
+    RETURNING balance
+""")
+
+# UNIQUE (entry_key): a business fact (an invoice credit, a refund level) is booked once,
+# and the balance moves only by the entry this very statement inserted: both or neither.
+# One statement, one round trip; run after AccountLock, which holds the account row.
+LedgerBook = text("""
+    WITH entry AS (
+        INSERT INTO ledger_entries
+            (customer_id, currency, amount, provider, event_id, entry_key, kind, reference)
+        VALUES
+            (:customer_id, :currency, :amount, :provider, :event_id, :entry_key, :kind,
+             :reference)
+        ON CONFLICT (entry_key) DO NOTHING
+        RETURNING amount
+    )
+    UPDATE accounts SET balance = balance + entry.amount, updated_at = now()
+    FROM entry
+    WHERE customer_id = :customer_id AND currency = :currency
+    RETURNING balance
+""")
+
+# Read under the account lock, so two refunds of one charge cannot both see the old total.
+LedgerRefundedTotal = text("""
+    SELECT coalesce(-sum(amount), 0) FROM ledger_entries
+    WHERE kind = 'refund' AND reference = :charge_id
+""")
+
+# Applies the event only if it is not older than the last one applied to the subscription.
+SubscriptionUpsert = text("""
+    INSERT INTO subscriptions
+        (subscription_id, customer_id, status, last_event_created, last_event_id)
+    VALUES (:subscription_id, :customer_id, :status, :created, :event_id)
+    ON CONFLICT (subscription_id) DO UPDATE
+        SET customer_id = EXCLUDED.customer_id, status = EXCLUDED.status,
+            last_event_created = EXCLUDED.last_event_created,
+            last_event_id = EXCLUDED.last_event_id, updated_at = now()
+        WHERE subscriptions.last_event_created <= EXCLUDED.last_event_created
+    RETURNING subscription_id
+""")
 
 
 class InvalidEvent(WebhooksError):
@@ -40,13 +88,16 @@ def credit_invoice(ctx: JobContext) -> str:
 @handler("stripe", "charge.refunded")
 def debit_refund(ctx: JobContext) -> str:
     """Debit so that the total debited for the charge equals its cumulative amount_refunded.
-    Refund events may arrive out of order: an older (smaller) total debits nothing."""
+    Refund events may arrive out of order: an older (smaller) total debits nothing. A
+    guest charge (`customer: null`) has no account: the job completes with no effect."""
     charge = _object(ctx)
     charge_id = _text(charge, "id")
+    if charge.get("customer") is None:
+        return "guest charge: no account to debit"
     customer, currency = _text(charge, "customer"), _text(charge, "currency").lower()
     refunded = _amount(charge, "amount_refunded")
-    ctx.fetch(queries.AccountLock, {"customer_id": customer, "currency": currency})
-    already = ctx.fetch(queries.LedgerRefundedTotal, {"charge_id": charge_id})
+    ctx.fetch(AccountLock, {"customer_id": customer, "currency": currency})
+    already = ctx.fetch(LedgerRefundedTotal, {"charge_id": charge_id})
     missing = refunded - int(already[0] if already else 0)
     if missing <= 0:
         return "already debited"
@@ -69,7 +120,7 @@ def upsert_subscription(ctx: JobContext) -> str:
         raise InvalidEvent("event has no integer `created`")
     status = "canceled" if ctx.event_type.endswith(".deleted") else _text(subscription, "status")
     applied = ctx.fetch(
-        queries.SubscriptionUpsert,
+        SubscriptionUpsert,
         {"subscription_id": _text(subscription, "id"), "customer_id": _text(subscription,
          "customer"), "status": status, "created": created, "event_id": ctx.event_id},
     )
@@ -96,9 +147,9 @@ def _book(
     """Lock the account, then book the entry once per entry_key and move the balance by it
     (one statement: both or neither). False if the entry was booked before."""
     account = {"customer_id": customer, "currency": currency}
-    ctx.fetch(queries.AccountLock, account)
+    ctx.fetch(AccountLock, account)
     booked = ctx.fetch(
-        queries.LedgerBook,
+        LedgerBook,
         {**account, "amount": amount, "provider": ctx.provider, "event_id": ctx.event_id,
          "entry_key": entry_key, "kind": kind, "reference": reference},
     )

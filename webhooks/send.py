@@ -29,7 +29,7 @@ def signed_headers(provider: str, body: bytes, secret: str) -> dict[str, str]:
     return headers
 
 
-def send(url: str, body: bytes, headers: dict[str, str], repeat: int,
+def post(url: str, body: bytes, headers: dict[str, str], repeat: int,
          concurrency: int) -> list[Answer]:
     def one(_: int) -> Answer:
         try:

@@ -2,7 +2,8 @@
 
 Starts the embedded Postgres and broker unless DATABASE_URL / BROKER_URL are set, applies
 migrations, then runs web, worker and clock as child processes exactly as the Procfile
-would, with the resolved URLs in their environment. Ctrl-C stops everything.
+would, with the URLs in their environment, listening on 127.0.0.1 only. Ctrl-C (or
+SIGTERM, SIGHUP) stops everything, the embedded servers it started included.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from pathlib import Path
 import click
 
 from shared.settings import PROVIDER_SECRET_VARIABLES, Settings
+from webhooks import embedded
+
+LOOPBACK = "127.0.0.1"
 
 
 def dev_secrets(data_dir: Path) -> dict[str, str]:
@@ -42,47 +46,43 @@ def dev_secrets(data_dir: Path) -> dict[str, str]:
     return made
 
 
-def resolved_urls(settings: Settings) -> dict[str, str]:
-    """DATABASE_URL and BROKER_URL as set, or of the embedded servers (started if need be)."""
-    from shared.db import database_url
-    from worker.broker import broker_url
-
-    return {"DATABASE_URL": database_url(settings), "BROKER_URL": broker_url(settings)}
-
-
 def environment(settings: Settings) -> dict[str, str]:
-    """The environment for the child processes: resolved URLs and secrets."""
-    env = {**os.environ, **resolved_urls(settings)}
+    """The environment for the child processes: the URLs (of the embedded servers, started
+    here, where DATABASE_URL or BROKER_URL is unset) and the dev secrets."""
+    env = dict(os.environ)
+    env["DATABASE_URL"] = settings.database_url or embedded.start_postgres(settings.data_dir)
+    env["BROKER_URL"] = settings.broker_url or embedded.start_broker(settings.data_dir)
     env["WEBHOOKS_DATA_DIR"] = str(settings.data_dir)
     for variable, value in dev_secrets(settings.data_dir).items():
         env.setdefault(variable, value)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("WORKER_METRICS_HOST", LOOPBACK)
     return env
 
 
 def run(settings: Settings) -> int:
     click.echo("starting embedded services..." if not settings.database_url else "starting...")
-    env = environment(settings)
-    command = [sys.executable, "-m", "shared.cli"]
-    subprocess.run([*command, "migrate"], env=env, check=True)
-    children = {
-        # The web in a process group of its own: Ctrl-C reaches only `dev`, which stops it
-        # with one SIGTERM. A SIGINT from the terminal to granian's parent and its server
-        # processes at once sometimes left one of them to be killed after 10 s.
-        "web": subprocess.Popen([*command, "web", "--workers", "2"], env=env, process_group=0),
-        "worker": subprocess.Popen([*command, "worker", "--processes", "1"], env=env),
-        "clock": subprocess.Popen([*command, "clock"], env=env),
-    }
-    _banner(settings, env)
-    status = _supervise(children)
-    _stop_embedded(settings)
-    return status
+    try:
+        env = environment(settings)
+        command = [sys.executable, "-m", "webhooks"]
+        subprocess.run([*command, "migrate"], env=env, check=True)
+        children = {
+            # The web in a process group of its own: Ctrl-C reaches only `dev`, which stops
+            # it with one SIGTERM. A SIGINT from the terminal to granian's parent and its
+            # server processes at once sometimes left one of them to be killed after 10 s.
+            "web": subprocess.Popen([*command, "web", "--workers", "2", "--host", LOOPBACK],
+                                    env=env, process_group=0),
+            "worker": subprocess.Popen([*command, "worker", "--processes", "1"], env=env),
+            "clock": subprocess.Popen([*command, "clock"], env=env),
+        }
+        _banner(settings, env)
+        return _supervise(children)
+    finally:
+        _stop_embedded(settings)
 
 
 def _stop_embedded(settings: Settings) -> None:
     """Stop the embedded servers `dev` started; the data stays for the next run."""
-    from shared import embedded
-
     if settings.broker_url is None:
         embedded.stop_broker(settings.data_dir)
     if settings.database_url is None:
@@ -91,7 +91,7 @@ def _stop_embedded(settings: Settings) -> None:
 
 
 def _banner(settings: Settings, env: dict[str, str]) -> None:
-    url = f"http://127.0.0.1:{settings.port}"
+    url = f"http://{LOOPBACK}:{settings.port}"
     click.echo(f"""
 webhooks is running
   ingest:   {url}/webhooks/<provider>   (stripe, paddle, shopify, github, slack, standard)

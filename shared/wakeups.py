@@ -1,6 +1,10 @@
-"""The Dramatiq broker: Redis for redis:// (and the embedded unix:// socket), RabbitMQ
-for amqp://. Messages carry only ids and are wake-ups: the jobs and outbox tables are the
-truth, so a lost message delays work (the clock re-enqueues it) and a duplicate is a no-op.
+"""Wake-ups: the Dramatiq messages that tell workers there is work, and the broker that
+carries them (Redis for redis:// and unix://, RabbitMQ for amqp://).
+
+Messages carry at most an id. The jobs and outbox tables are the truth, so a lost message
+delays work (the clock's sweeper wakes a worker) and a duplicate finds nothing to claim.
+The web, the worker, the clock and the `webhooks` command all send them; only the worker
+(worker/actors.py) consumes them, under the actor and queue names defined here.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from dramatiq.middleware import (
     TimeLimit,
 )
 
+from shared.redis_broker import NoticedRedisBroker
 from shared.settings import Settings
-from worker.redis_broker import NoticedRedisBroker
 
 log = logging.getLogger(__name__)
 
@@ -29,22 +33,19 @@ JOBS_QUEUE = "jobs"
 OUTBOX_QUEUE = "outbox"
 PROCESS_JOBS = "process_jobs"
 DISPATCH_OUTBOX = "dispatch_outbox"
-# A worker claims up to this many due jobs per wake-up; the web sends one wake-up per this
-# many new jobs.
+# A worker claims up to this many due jobs per wake-up; the web and the clock send one
+# wake-up per this many due jobs.
 JOBS_PER_MESSAGE = 50
+# A dispatch claims up to this many due emails (one Postmark batch request); the clock
+# sends one wake-up per this many due emails.
+EMAILS_PER_MESSAGE = 50
 
 
-def broker_url(settings: Settings) -> str:
-    """BROKER_URL, or the embedded broker's (started if needed)."""
-    if settings.broker_url:
-        return settings.broker_url
-    from shared import embedded
-
-    return embedded.broker_url(settings.data_dir)
-
-
-def create_broker(settings: Settings, url: str | None = None) -> dramatiq.Broker:
-    url = url or broker_url(settings)
+def create_broker(settings: Settings) -> dramatiq.Broker:
+    """The broker of BROKER_URL; MissingVariable if it is unset."""
+    settings.require_servers()
+    url = settings.broker_url
+    assert url is not None
     # Retries stays installed (actors set max_retries=0): the job row owns retries.
     middleware = [
         AgeLimit(),

@@ -1,4 +1,8 @@
-"""The ingest's one transaction: the event row and, for a new event, its job row."""
+"""Recording an event: the event row and, for a new event, its job row, in one
+transaction. The ingest records deliveries through it; anything else that learns of an
+event (a reconciliation with the provider's API) must record it through it too, so that
+one event makes one row and one job however many ways and times it arrives.
+"""
 
 from __future__ import annotations
 
@@ -9,26 +13,28 @@ from sqlalchemy.engine import Engine
 
 from shared import db, queries
 from shared.errors import DatabaseUnavailable, InvalidPayload
-from shared.providers.base import Delivery
+from shared.models import JobStatus
 
 
 @dataclass(frozen=True)
 class Recorded:
-    job_id: int | None
+    job_id: int | None  # None: a duplicate of an event whose job was pruned
     duplicate: bool
     status: str
 
 
-def record_delivery(engine: Engine, provider: str, delivery: Delivery, body: bytes) -> Recorded:
+def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
+                 payload: bytes) -> Recorded:
     """Commit the event and its job, or count a duplicate and find the job of the event
-    seen before. `engine` is an autocommit engine (db.create_engine(autocommit=True)).
+    seen before. `engine` is an autocommit engine (db.create_engine(autocommit=True));
+    `payload` is the event's JSON, as received.
 
-    Returns only after COMMIT, so a 200 always stands on committed rows. A connection
-    that died in the pool (database restarted) is retried once on a fresh one.
+    Returns only after COMMIT, so an acknowledgement always stands on committed rows. A
+    connection that died in the pool (database restarted) is retried once on a fresh one.
     """
     for attempt in (1, 2):
         try:
-            return _record(engine, provider, delivery, body)
+            return _record(engine, provider, event_id, event_type, payload)
         except DatabaseUnavailable as error:
             cause = error.__cause__
             stale = isinstance(cause, sa.exc.DBAPIError) and cause.connection_invalidated
@@ -37,13 +43,14 @@ def record_delivery(engine: Engine, provider: str, delivery: Delivery, body: byt
     raise AssertionError("unreachable")
 
 
-def _record(engine: Engine, provider: str, delivery: Delivery, body: bytes) -> Recorded:
-    key = {"provider": provider, "event_id": delivery.event_id}
+def _record(engine: Engine, provider: str, event_id: str, event_type: str,
+            payload: bytes) -> Recorded:
+    key = {"provider": provider, "event_id": event_id}
     try:
         # One statement on an autocommit engine is one transaction, committed before
         # fetch_one returns.
         job = db.fetch_one(engine, queries.EventJobInsert, {
-            **key, "event_type": delivery.event_type, "payload": body.decode("utf-8")})
+            **key, "event_type": event_type, "payload": payload.decode("utf-8")})
         if job is not None:
             return Recorded(job_id=job[0], duplicate=False, status=job[1])
         existing = db.fetch_one(engine, queries.DuplicateCounted, key)
@@ -51,5 +58,5 @@ def _record(engine: Engine, provider: str, delivery: Delivery, body: bytes) -> R
         # JSON that Python accepts but jsonb refuses (\u0000, lone surrogates, NaN).
         raise InvalidPayload("body is not JSON that Postgres can store") from None
     if existing is None:
-        return Recorded(job_id=None, duplicate=True, status="done")
+        return Recorded(job_id=None, duplicate=True, status=JobStatus.DONE)
     return Recorded(job_id=existing[0], duplicate=True, status=existing[1])

@@ -1,10 +1,9 @@
 """Dramatiq's Redis broker, with consumers that hear new messages instead of polling for them.
 
 Dramatiq's RedisBroker fetches with a Lua script that cannot block, so an idle consumer
-sleeps between fetches, 5 ms doubling up to the worker timeout (100 ms here), and a
-consumer whose prefetch is full sleeps the same way until an ack makes room. A wake-up
-waited for the sleep to end: ack-to-applied p99 was 73-79 ms at 200 events/s, against
-37-41 ms with notices (benchmarks/results/README.md).
+sleeps between fetches, 5 ms doubling up to the worker timeout, and a consumer whose
+prefetch is full sleeps the same way until an ack makes room: a wake-up waited for the
+sleep to end (the latency this saves: benchmarks/results/README.md).
 
 Here every enqueue also PUBLISHes on the queue's channel. One thread per worker process
 listens to the channels; an idle consumer waits for a notice (up to the worker timeout) and

@@ -8,16 +8,18 @@ from datetime import date
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from shared.models import EmailStatus, JobStatus
+
 COLUMNS = ("received", "duplicates", "done", "failed", "emails_sent", "emails_failed")
 
 # Each line: (column, table, timestamp column, extra condition).
 _SOURCES = (
     ("received", "webhook_events", "received_at", "TRUE"),
     ("duplicates", "webhook_duplicates", "received_at", "TRUE"),
-    ("done", "jobs", "finished_at", "status = 'done'"),
-    ("failed", "jobs", "finished_at", "status = 'failed'"),
-    ("emails_sent", "outbox", "sent_at", "status = 'sent'"),
-    ("emails_failed", "outbox", "created_at", "status = 'failed'"),
+    ("done", "jobs", "finished_at", f"status = '{JobStatus.DONE}'"),
+    ("failed", "jobs", "finished_at", f"status = '{JobStatus.FAILED}'"),
+    ("emails_sent", "outbox", "sent_at", f"status = '{EmailStatus.SENT}'"),
+    ("emails_failed", "outbox", "created_at", f"status = '{EmailStatus.FAILED}'"),
 )
 
 

@@ -1,0 +1,53 @@
+"""The sweeper: wake workers for due pending jobs and due outbox rows whose wake-up may
+have been lost (broker down at ingest, a worker killed, a message dropped). Wake-ups are
+idempotent: at worst a worker finds nothing to claim."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import dramatiq
+from sqlalchemy.engine import Engine
+
+from shared import queries, wakeups
+
+log = logging.getLogger(__name__)
+
+MAX_WAKEUPS_PER_SWEEP = 500
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    due_jobs: int
+    due_emails: int
+    woken: bool
+
+
+def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
+    """Wake workers for due work. None if another clock is sweeping right now."""
+    with engine.begin() as conn:
+        if not conn.execute(queries.ClockTryLock, {"name": "webhooks:sweep"}).scalar_one():
+            return None
+        due_jobs = conn.execute(queries.JobCountDue).scalar_one()
+        due_emails = conn.execute(queries.OutboxCountDue).scalar_one()
+    woken = True
+    if due_jobs:
+        count = _missing(broker, wakeups.JOBS_QUEUE, due_jobs, wakeups.JOBS_PER_MESSAGE)
+        woken &= wakeups.wake_jobs(broker, [0] * count)
+    if due_emails:
+        count = _missing(broker, wakeups.OUTBOX_QUEUE, due_emails, wakeups.EMAILS_PER_MESSAGE)
+        woken &= wakeups.wake_outbox(broker, count)
+    if due_jobs or due_emails:
+        log.info("sweep woke workers",
+                 extra={"due_jobs": due_jobs, "due_emails": due_emails, "enqueued": woken})
+    return SweepResult(due_jobs, due_emails, woken)
+
+
+def _missing(broker: dramatiq.Broker, queue: str, due: int, batch: int) -> int:
+    """Wake-ups to add: enough for the due rows, less those already waiting in the queue,
+    so a long broker-side backlog (workers down for hours) does not grow every sweep."""
+    needed = math.ceil(due / batch)
+    waiting = wakeups.queued(broker, queue) or 0
+    return max(min(needed - waiting, MAX_WAKEUPS_PER_SWEEP), 0)

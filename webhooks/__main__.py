@@ -1,0 +1,5 @@
+"""`python -m webhooks` is the `webhooks` command."""
+
+from webhooks.cli import main
+
+main()

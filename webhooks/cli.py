@@ -1,0 +1,306 @@
+"""The `webhooks` command. Every subcommand validates Settings first: a bad environment
+variable stops it with one line naming the variable (exit 2).
+
+The Procfile's processes (`migrate`, `web`, `worker`, `clock`) never start an embedded
+server: without DATABASE_URL (or BROKER_URL) they exit 1 at once, naming the variable.
+The operators' commands (`stats`, `replay`, `prune`) use the database of a `webhooks dev`
+running in the current folder when DATABASE_URL is unset. Failures exit 1, bad usage 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from sqlalchemy.engine import Engine
+
+from shared.errors import ConfigError, DatabaseUnavailable, MissingVariable, WebhooksError
+from shared.settings import PROVIDER_SECRET_VARIABLES, Settings
+
+T = TypeVar("T")
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"  # alembic/, as installed
+SOURCE_MIGRATIONS = Path(__file__).resolve().parents[1] / "alembic"  # a source checkout
+ANY_INTERFACE = "0.0.0.0"  # noqa: S104 - a deployed web serves the platform's router
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ConfigError as error:
+        fail(str(error), code=2)
+
+
+def procfile_settings(*, broker: bool = True) -> Settings:
+    """Settings of a Procfile process: DATABASE_URL (and BROKER_URL) must be set."""
+    settings = load_settings()
+    try:
+        settings.require_servers(broker=broker)
+    except MissingVariable as error:
+        fail(str(error))
+    return settings
+
+
+def local_settings() -> Settings:
+    """Settings of an operator's command: DATABASE_URL, else the database (and broker) of
+    a `webhooks dev` running in this folder, else exit 1 naming the variable."""
+    settings = load_settings()
+    if settings.database_url is not None:
+        return settings
+    from webhooks import embedded
+
+    try:
+        database = embedded.running_postgres_url(settings.data_dir)
+        broker = settings.broker_url or embedded.running_broker_url(settings.data_dir)
+    except RuntimeError as error:  # the dev extra is not installed
+        fail(f"DATABASE_URL: not set ({error})")
+    if database is None:
+        fail("DATABASE_URL: not set, and no `webhooks dev` runs in this folder")
+    return replace(settings, database_url=database, broker_url=broker)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"webhooks: {message}", err=True)
+    sys.exit(code)
+
+
+def _engine(settings: Settings) -> Engine:
+    from shared import db
+
+    return db.create_engine(settings, pool_size=2)
+
+
+def _database(action: Callable[[], T]) -> T:
+    import sqlalchemy as sa
+
+    try:
+        return action()
+    except (sa.exc.OperationalError, DatabaseUnavailable) as error:
+        fail(f"database unavailable: {str(error).splitlines()[0]}")
+
+
+def _metrics_dir(kind: str) -> None:
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix=f"webhooks-{kind}-")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Apply payment and subscription webhooks exactly once."""
+
+
+# --- the Procfile's processes -------------------------------------------------------
+
+
+@main.command()
+def migrate() -> None:
+    """Apply database migrations (safe to run again): the Procfile's `release`."""
+    settings = procfile_settings(broker=False)
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    folder = MIGRATIONS if MIGRATIONS.is_dir() else SOURCE_MIGRATIONS
+    config.set_main_option("script_location", str(folder))
+    config.attributes["configure_logger"] = False
+    try:
+        os.environ["DATABASE_URL"] = settings.database_url or ""
+        command.upgrade(config, "head")
+    except Exception as error:  # a one-line reason, not a traceback
+        fail(f"migration failed: {str(error).splitlines()[0]}")
+    click.echo("database is at the latest migration")
+
+
+@main.command()
+@click.option("--workers", type=click.IntRange(1), default=2, show_default=True,
+              envvar="WEB_CONCURRENCY", help="Server processes ($WEB_CONCURRENCY).")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              envvar="WEB_THREADS", help="App threads per process ($WEB_THREADS; default 4).")
+@click.option("--host", default=ANY_INTERFACE, show_default=True,
+              help="Interface to listen on ($PORT is the port).")
+def web(workers: int, threads: int | None, host: str) -> None:
+    """The ingest HTTP server (granian) on $PORT."""
+    settings = procfile_settings()
+    _metrics_dir("web")
+    from ingest.app import DEFAULT_THREADS
+    from ingest.server import serve
+
+    serve(settings, workers=workers, threads=threads or DEFAULT_THREADS, host=host)
+
+
+@main.command()
+@click.option("--processes", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--threads", type=click.IntRange(1), default=3, show_default=True,
+              help="Threads per process. While emails keep coming, one runs the outbox "
+                   "loop (and waits on Postmark); the others apply jobs.")
+def worker(processes: int, threads: int) -> None:
+    """Dramatiq workers: job processing and outbox dispatch."""
+    procfile_settings()
+    _metrics_dir("worker")
+    _serve_worker_metrics()
+    from dramatiq.cli import main as dramatiq_main
+
+    # The longest an idle consumer waits between polls of the broker (ms): the notices
+    # (shared/redis_broker.py) wake it sooner; a lost notice costs at most this.
+    os.environ.setdefault("dramatiq_worker_timeout", "100")
+    sys.argv = ["dramatiq", "worker.actors", "--processes", str(processes),
+                "--threads", str(threads), "--worker-shutdown-timeout", "30000"]
+    sys.exit(dramatiq_main())
+
+
+def _serve_worker_metrics() -> None:
+    """/metrics for the worker processes (aggregated over them) on $WORKER_METRICS_PORT
+    (default 9191; 0 disables), on $WORKER_METRICS_HOST (default every interface). A port
+    already taken, by another worker on the same host, is logged and skipped: that
+    worker's /metrics already serves this host."""
+    port = int(os.environ.get("WORKER_METRICS_PORT", "9191") or 0)
+    if not port:
+        return
+    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    host = os.environ.get("WORKER_METRICS_HOST") or ANY_INTERFACE
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as error:
+        click.echo(f"webhooks: worker metrics not served on port {port}: {error}", err=True)
+
+
+@main.command()
+def clock() -> None:
+    """Periodic tasks: sweeper (lost wake-ups, retries) and nightly retention."""
+    settings = procfile_settings()
+    from clock.schedule import run
+    from shared.logs import configure_logging
+
+    configure_logging(settings)
+    run(settings)
+
+
+# --- development --------------------------------------------------------------------
+
+
+@main.command()
+def dev() -> None:
+    """The whole system, with embedded Postgres and broker unless URLs are set."""
+    settings = load_settings()
+    from webhooks.dev import run
+
+    try:
+        sys.exit(run(settings))
+    except RuntimeError as error:  # the dev extra is not installed
+        fail(str(error))
+
+
+@main.command()
+@click.argument("provider", type=click.Choice(sorted(PROVIDER_SECRET_VARIABLES)))
+@click.argument("file", type=click.File("rb"))
+@click.option("--url", help="Default: the local ingest, http://127.0.0.1:$PORT/webhooks/PROVIDER.")
+@click.option("--secret", help="Default: the provider's secret variable, or the dev secret.")
+@click.option("--repeat", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--header", "extra_headers", multiple=True, help="Extra 'Name: value' header.")
+def send(provider: str, file: Any, url: str | None, secret: str | None, repeat: int,
+         concurrency: int, extra_headers: tuple[str, ...]) -> None:
+    """Sign FILE with the provider's secret and POST it: a signed test delivery."""
+    settings = load_settings()
+    from webhooks.dev import dev_secrets
+    from webhooks.send import post, signed_headers
+
+    variable = PROVIDER_SECRET_VARIABLES[provider]
+    secret = secret or (settings.secrets_for(provider) or (None,))[0]
+    if secret is None:
+        secret = dev_secrets(settings.data_dir)[variable]
+    body = file.read()
+    headers = signed_headers(provider, body, secret)
+    for raw in extra_headers:
+        name, _, value = raw.partition(":")
+        headers[name.strip()] = value.strip()
+    target = url or f"http://127.0.0.1:{settings.port}/webhooks/{provider}"
+    answers = post(target, body, headers, repeat, concurrency)
+    for answer in answers:
+        click.echo(f"{answer.status} {answer.body}")
+    if any(not 200 <= answer.status < 300 for answer in answers):
+        sys.exit(1)
+
+
+# --- operators' commands ------------------------------------------------------------
+
+
+@main.command()
+@click.option("--job", "job_ids", type=int, multiple=True, help="A failed job id (repeatable).")
+@click.option("--all", "all_failed", is_flag=True, help="Every failed job matching the filters.")
+@click.option("--provider")
+@click.option("--type", "event_type")
+@click.option("--since", type=click.DateTime(), help="Jobs created at or after this time.")
+@click.option("--dry-run", is_flag=True, help="Show how many, change nothing.")
+def replay(job_ids: tuple[int, ...], all_failed: bool, provider: str | None,
+           event_type: str | None, since: datetime | None, dry_run: bool) -> None:
+    """Move failed jobs back to pending and enqueue them."""
+    if bool(job_ids) == all_failed:
+        raise click.UsageError("give --job ID (repeatable) or --all, not both")
+    if job_ids and (provider or event_type or since):
+        raise click.UsageError("--provider, --type and --since go with --all")
+    settings = local_settings()
+    from shared.replay import ReplayFilter
+    from shared.replay import replay as run_replay
+
+    spec = ReplayFilter(job_ids, all_failed, provider, event_type, since)
+    try:
+        plan = _database(lambda: run_replay(_engine(settings), spec, dry_run=dry_run))
+    except WebhooksError as error:
+        fail(str(error))
+    for job_id in plan.skipped_pending:
+        click.echo(f"job {job_id} is already pending; skipped", err=True)
+    if dry_run:
+        click.echo(f"would replay {len(plan.job_ids)} job(s)")
+        return
+    _wake(settings, plan.job_ids)
+    click.echo(f"replayed {len(plan.job_ids)} job(s)")
+
+
+def _wake(settings: Settings, job_ids: list[int]) -> None:
+    """Enqueue wake-ups; without a reachable broker the clock's sweeper will."""
+    if not job_ids:
+        return
+    if settings.broker_url is None:
+        click.echo("no broker running; the clock will pick the jobs up", err=True)
+        return
+    from shared import wakeups
+
+    broker = wakeups.create_broker(settings)
+    with click.progressbar(job_ids, label="enqueueing", file=sys.stderr) as bar:
+        ok = all(wakeups.wake_jobs(broker, [job_id]) for job_id in bar)
+    if not ok:
+        click.echo("broker unreachable; the clock will pick the jobs up", err=True)
+
+
+@main.command()
+@click.option("--days", type=click.IntRange(1), default=None,
+              help="Age in days (default RETENTION_DAYS).")
+def prune(days: int | None) -> None:
+    """Delete finished events and jobs older than --days."""
+    settings = local_settings()
+    from shared.retention import prune as run_prune
+
+    days = days or settings.retention_days
+    deleted = _database(lambda: run_prune(_engine(settings), days))
+    click.echo(f"pruned {deleted} finished event(s) older than {days} day(s)")
+
+
+@main.command()
+@click.option("--days", type=click.IntRange(1), default=14, show_default=True)
+def stats(days: int) -> None:
+    """Per day: events received, duplicates, jobs done and failed, emails."""
+    settings = local_settings()
+    from shared import stats as daily_stats
+
+    table = _database(lambda: daily_stats.daily(_engine(settings), days))
+    click.echo(daily_stats.render(table))
