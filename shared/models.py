@@ -89,6 +89,12 @@ def one_of(vocabulary: type[StrEnum]) -> str:
 
 
 NOW = text("now()")
+# What `webhooks events --search` and the console's search match: the event id and every
+# string and number in the payload, as words (full-text search, no stemming).
+EVENT_SEARCH_DOCUMENT = (
+    "(to_tsvector('simple'::regconfig, event_id) || "
+    "jsonb_to_tsvector('simple'::regconfig, payload, '[\"string\", \"numeric\"]'::jsonb))"
+)
 
 webhook_events = Table(
     "webhook_events",
@@ -101,6 +107,10 @@ webhook_events = Table(
     Column("received_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     PrimaryKeyConstraint("id"),
     UniqueConstraint("provider", "event_id"),
+    # The listing's order (newest first) and its keyset pagination (shared/events.py).
+    Index("ix_webhook_events_received_at_id", "received_at", "id"),
+    # The search (shared/events.py): the event id and the payload's words.
+    Index("ix_webhook_events_search", text(EVENT_SEARCH_DOCUMENT), postgresql_using="gin"),
 )
 
 # One row per duplicate delivery, so `webhooks stats` can count duplicates per day.

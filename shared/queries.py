@@ -240,6 +240,16 @@ OutboxMarkRetry = text(f"""
     WHERE id = :id AND status = '{EMAIL_PENDING}' AND attempts = :attempts
 """)
 
+# Retry (the console): a failed email back to pending, under the same idempotency key.
+# attempts = 1, not 0: the next claim makes it attempt 2, so the dispatcher searches
+# Postmark for the key before sending (an earlier attempt may have been delivered).
+OutboxRetryFailed = text(f"""
+    UPDATE outbox SET status = '{EMAIL_PENDING}', attempts = 1, run_at = now(),
+                      last_error = NULL
+    WHERE id = :id AND status = '{EMAIL_FAILED}'
+    RETURNING id
+""")
+
 # Same guard: only the dispatcher holding the current attempt can fail the row.
 OutboxMarkFailed = text(f"""
     UPDATE outbox SET status = '{EMAIL_FAILED}', last_error = :error

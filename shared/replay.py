@@ -1,5 +1,6 @@
 """Replay: move failed jobs back to pending (`webhooks replay`, and the console's Replay
-buttons); the caller then wakes the workers.
+buttons), and retry a failed email (the console's Retry); the caller then wakes the
+workers.
 
 Only `failed` jobs move. Naming a `done` job refuses the whole replay (nothing changes):
 its effects are applied, and running it again is exactly what this project prevents.
@@ -56,6 +57,13 @@ def plan(conn: Connection, spec: ReplayFilter) -> ReplayPlan:
         job_ids=[job for job, status in found.items() if status is JobStatus.FAILED],
         skipped_pending=[job for job, status in found.items() if status is JobStatus.PENDING],
     )
+
+
+def retry_email(engine: Engine, email_id: int) -> bool:
+    """A failed email back to pending, same idempotency key (the dispatcher searches
+    Postmark before sending it again). False if it was not failed."""
+    with engine.begin() as conn:
+        return conn.execute(queries.OutboxRetryFailed, {"id": email_id}).first() is not None
 
 
 def replay(engine: Engine, spec: ReplayFilter, *, dry_run: bool) -> ReplayPlan:

@@ -87,7 +87,9 @@ def migrate(url: str) -> None:
     config = Config(str(ROOT / "alembic.ini"))
     config.attributes["configure_logger"] = False
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    with engine.begin() as conn:
+    # Not in a transaction of ours: the migrations manage theirs (0003 builds its indexes
+    # CONCURRENTLY, outside one).
+    with engine.connect() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
     engine.dispose()

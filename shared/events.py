@@ -1,0 +1,282 @@
+"""Finding events: the listing with filters and keyset pagination, one event with its job
+and effects, and the per-provider overview. Read-only; `webhooks events`, `webhooks show`
+and the console all read through here.
+
+Search (`EventFilter.search`) matches an event id exactly, or a word or phrase of the
+payload's string and number values (Postgres full-text search, `simple` configuration:
+no stemming, case-insensitive), through the GIN index `ix_webhook_events_search`. The
+expression below must stay the index's expression (models.EVENT_SEARCH_DOCUMENT), or the
+index is not used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from shared.models import (
+    EmailStatus,
+    JobStatus,
+    jobs,
+    ledger_entries,
+    outbox,
+    subscriptions,
+    webhook_duplicates,
+    webhook_events,
+)
+
+# The indexed search document, models.EVENT_SEARCH_DOCUMENT, with its columns qualified
+# (jobs has an event_id too); Postgres matches it to the index by meaning, not spelling.
+_SIMPLE: sa.ColumnElement[Any] = sa.literal_column("'simple'::regconfig")
+SEARCH_DOCUMENT = sa.func.to_tsvector(_SIMPLE, webhook_events.c.event_id).op("||")(
+    sa.func.jsonb_to_tsvector(_SIMPLE, webhook_events.c.payload,
+                              sa.literal_column("""'["string", "numeric"]'::jsonb""")))
+MAX_PAGE = 500
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    provider: str | None = None
+    event_type: str | None = None
+    status: JobStatus | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    search: str | None = None
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a page ended: the next page has the events received before this one."""
+
+    received_at: datetime
+    id: int
+
+    def token(self) -> str:
+        """URL-safe: microseconds since the epoch, and the row id."""
+        micros = (self.received_at - EPOCH) // timedelta(microseconds=1)
+        return f"{micros}_{self.id}"
+
+    @classmethod
+    def parse(cls, token: str) -> Cursor:
+        """ValueError on anything but a token() of ours."""
+        micros, _, row_id = token.partition("_")
+        return cls(EPOCH + timedelta(microseconds=int(micros)), int(row_id))
+
+
+@dataclass(frozen=True)
+class EventRow:
+    id: int
+    provider: str
+    event_id: str
+    event_type: str
+    received_at: datetime
+    job_id: int | None
+    status: str | None  # None: the job was pruned (never: retention deletes both)
+    attempts: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class Page:
+    events: list[EventRow]
+    next: Cursor | None  # None: this was the last page
+
+
+def _listing() -> sa.Select[Any]:
+    e, j = webhook_events.c, jobs.c
+    return sa.select(
+        e.id, e.provider, e.event_id, e.event_type, e.received_at, j.id.label("job_id"),
+        j.status, sa.func.coalesce(j.attempts, 0).label("attempts"), j.last_error,
+    ).select_from(webhook_events.outerjoin(
+        jobs, sa.and_(j.provider == e.provider, j.event_id == e.event_id)))
+
+
+def _where(query: sa.Select[Any], spec: EventFilter) -> sa.Select[Any]:
+    e, j = webhook_events.c, jobs.c
+    if spec.provider:
+        query = query.where(e.provider == spec.provider)
+    if spec.event_type:
+        query = query.where(e.event_type == spec.event_type)
+    if spec.status:
+        query = query.where(j.status == str(spec.status))
+    if spec.since:
+        query = query.where(e.received_at >= spec.since)
+    if spec.until:
+        query = query.where(e.received_at < spec.until)
+    if spec.search and spec.search.strip():
+        words = sa.func.phraseto_tsquery(_SIMPLE, spec.search.strip())
+        query = query.where(SEARCH_DOCUMENT.op("@@")(words))
+    return query
+
+
+def list_events(conn: Connection, spec: EventFilter, *, limit: int = 50,
+                after: Cursor | None = None) -> Page:
+    """Events newest first, `limit` at a time; `after` is the previous page's `next`."""
+    limit = max(1, min(limit, MAX_PAGE))
+    e = webhook_events.c
+    query = _where(_listing(), spec)
+    if after is not None:
+        query = query.where(sa.tuple_(e.received_at, e.id) < sa.tuple_(
+            sa.literal(after.received_at), sa.literal(after.id)))
+    query = query.order_by(e.received_at.desc(), e.id.desc()).limit(limit + 1)
+    rows = [EventRow(**row._mapping) for row in conn.execute(query)]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return Page(rows, Cursor(rows[-1].received_at, rows[-1].id) if more else None)
+
+
+def count_events(conn: Connection, spec: EventFilter) -> int:
+    query = _where(_listing(), spec).with_only_columns(sa.func.count())
+    return int(conn.execute(query).scalar_one())
+
+
+@dataclass(frozen=True)
+class EventDetail:
+    """What `webhooks show` and the console's event page show."""
+
+    event: dict[str, Any]  # provider, event_id, event_type, received_at, payload
+    job: dict[str, Any] | None  # id, status, attempts, last_error, outcome, times
+    duplicates: int
+    ledger_entries: list[dict[str, Any]] = field(default_factory=list)
+    subscription: dict[str, Any] | None = None
+    emails: list[dict[str, Any]] = field(default_factory=list)
+
+
+def show_event(conn: Connection, provider: str, event_id: str) -> EventDetail | None:
+    e, j, d = webhook_events.c, jobs.c, webhook_duplicates.c
+    key = {"provider": provider, "event_id": event_id}
+    event = conn.execute(sa.select(e.provider, e.event_id, e.event_type, e.received_at,
+                                   e.payload).where(e.provider == provider,
+                                                    e.event_id == event_id)).first()
+    if event is None:
+        return None
+    job = conn.execute(sa.select(j.id, j.status, j.attempts, j.last_error, j.outcome,
+                                 j.created_at, j.run_at, j.finished_at)
+                       .where(j.provider == provider, j.event_id == event_id)).first()
+    duplicates = conn.execute(sa.select(sa.func.count()).where(
+        d.provider == provider, d.event_id == event_id)).scalar_one()
+    return EventDetail(
+        event=dict(event._mapping), job=dict(job._mapping) if job else None,
+        duplicates=int(duplicates),
+        ledger_entries=_ledger(conn, key), subscription=_subscription(conn, event),
+        emails=_emails(conn, key),
+    )
+
+
+def _ledger(conn: Connection, key: dict[str, str]) -> list[dict[str, Any]]:
+    entries = ledger_entries.c
+    rows = conn.execute(sa.select(entries.customer_id, entries.currency, entries.amount,
+                                  entries.kind, entries.reference, entries.entry_key,
+                                  entries.created_at)
+                        .where(entries.provider == key["provider"],
+                               entries.event_id == key["event_id"])
+                        .order_by(entries.id))
+    return [dict(row._mapping) for row in rows]
+
+
+def _subscription(conn: Connection, event: Any) -> dict[str, Any] | None:
+    """The subscription this event last set, or the one its data.object is."""
+    s = subscriptions.c
+    obj = (event.payload.get("data") or {}).get("object") if isinstance(event.payload, dict) \
+        else None
+    object_id = obj.get("id") if isinstance(obj, dict) else None
+    condition = s.last_event_id == event.event_id
+    if isinstance(object_id, str) and event.event_type.startswith("customer.subscription."):
+        condition = sa.or_(condition, s.subscription_id == object_id)
+    row = conn.execute(sa.select(s.subscription_id, s.customer_id, s.status,
+                                 s.last_event_id, s.updated_at).where(condition)).first()
+    return dict(row._mapping) if row else None
+
+
+def _emails(conn: Connection, key: dict[str, str]) -> list[dict[str, Any]]:
+    o = outbox.c
+    rows = conn.execute(sa.select(o.id, o.idempotency_key, o.kind, o.status, o.to_address,
+                                  o.attempts, o.last_error, o.message_id, o.created_at,
+                                  o.sent_at)
+                        .where(o.provider == key["provider"], o.event_id == key["event_id"])
+                        .order_by(o.id))
+    return [dict(row._mapping) for row in rows]
+
+
+@dataclass(frozen=True)
+class ProviderCounts:
+    provider: str
+    received: int
+    duplicates: int
+    pending: int
+    done: int
+    failed: int
+    oldest_due_seconds: float | None  # age of the oldest due pending job
+
+
+def overview(conn: Connection) -> list[ProviderCounts]:
+    """Per provider: events received, duplicates, jobs by status, oldest due job's age."""
+    e, j, d = webhook_events.c, jobs.c, webhook_duplicates.c
+    received: dict[str, int] = dict(conn.execute(
+        sa.select(e.provider, sa.func.count()).group_by(e.provider)).tuples().all())
+    duplicates: dict[str, int] = dict(conn.execute(
+        sa.select(d.provider, sa.func.count()).group_by(d.provider)).tuples().all())
+    by_status: dict[tuple[str, str], int] = {
+        (row.provider, row.status): row.n for row in conn.execute(
+            sa.select(j.provider, j.status, sa.func.count().label("n"))
+            .group_by(j.provider, j.status))}
+    oldest: dict[str, Any] = dict(conn.execute(
+        sa.select(j.provider, sa.func.extract("epoch", sa.func.now() - sa.func.min(j.run_at)))
+        .where(j.status == str(JobStatus.PENDING), j.run_at <= sa.func.now())
+        .group_by(j.provider)).tuples().all())
+    providers = sorted(set(received) | set(duplicates) | {p for p, _ in by_status})
+    return [ProviderCounts(
+        provider=p, received=received.get(p, 0), duplicates=duplicates.get(p, 0),
+        pending=by_status.get((p, JobStatus.PENDING), 0),
+        done=by_status.get((p, JobStatus.DONE), 0),
+        failed=by_status.get((p, JobStatus.FAILED), 0),
+        oldest_due_seconds=float(oldest[p]) if p in oldest else None,
+    ) for p in providers]
+
+
+def events_per_hour(conn: Connection, hours: int = 24) -> list[tuple[datetime, int]]:
+    """Events received per hour over the last `hours` hours, oldest first, every hour
+    present (zero where none came)."""
+    rows = conn.execute(sa.text("""
+        SELECT hour, count(e.id) AS n
+        FROM generate_series(date_trunc('hour', now()) - make_interval(hours => :hours - 1),
+                             date_trunc('hour', now()), interval '1 hour') AS hour
+        LEFT JOIN webhook_events e
+          ON e.received_at >= hour AND e.received_at < hour + interval '1 hour'
+        GROUP BY hour ORDER BY hour
+    """), {"hours": hours})
+    return [(row.hour, int(row.n)) for row in rows]
+
+
+@dataclass(frozen=True)
+class EmailRow:
+    id: int
+    idempotency_key: str
+    kind: str
+    status: str
+    to_address: str
+    provider: str | None
+    event_id: str | None
+    attempts: int
+    last_error: str | None
+    message_id: str | None
+    created_at: datetime
+
+
+def list_emails(conn: Connection, status: EmailStatus | None = None, *, limit: int = 50,
+                before_id: int | None = None) -> list[EmailRow]:
+    """Outbox emails newest first (by id), `limit` at a time, before `before_id`."""
+    o = outbox.c
+    query = sa.select(o.id, o.idempotency_key, o.kind, o.status, o.to_address, o.provider,
+                      o.event_id, o.attempts, o.last_error, o.message_id, o.created_at)
+    if status is not None:
+        query = query.where(o.status == str(status))
+    if before_id is not None:
+        query = query.where(o.id < before_id)
+    query = query.order_by(o.id.desc()).limit(max(1, min(limit, MAX_PAGE)))
+    return [EmailRow(**row._mapping) for row in conn.execute(query)]
