@@ -1,6 +1,8 @@
 """The clock's schedule, on APScheduler:
 
 - sweep, every SWEEP_INTERVAL_SECONDS (clock/sweep.py);
+- reconcile, every RECONCILE_INTERVAL_SECONDS, each provider with API credentials, from
+  its last successful run (less a margin) or 72 hours back (shared/reconciliation);
 - prune, nightly: retention (shared/retention.py).
 
 Several clocks running by mistake do no harm: each tick takes a Postgres advisory lock
@@ -14,11 +16,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import dramatiq
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.engine import Engine
 
 from clock.sweep import sweep
-from shared import db, queries, retention, wakeups
+from shared import db, queries, reconciliation, retention, wakeups
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,13 +37,43 @@ def prune(engine: Engine, days: int) -> int | None:
     return deleted
 
 
+def reconcile(settings: Settings, engine: Engine, broker: dramatiq.Broker,
+              provider: str) -> reconciliation.Result:
+    """One reconciliation run of provider, recorded in reconcile_runs. An API error is
+    logged and stored; the next interval tries again from the last success."""
+    since = reconciliation.since_for_clock(engine, provider)
+    source = reconciliation.source_for(settings, provider)
+    try:
+        result = reconciliation.reconcile(
+            engine, source, provider, since,
+            wake=lambda job_ids: wakeups.wake_jobs(broker, job_ids[-1:]))
+    except reconciliation.ReconcileFailed as error:
+        result = error.result  # type: ignore[attr-defined]
+        log.error("reconciliation failed", extra={"provider": provider, "error": str(error),
+                                                  "recorded": result.recorded})
+    else:
+        log.info("reconciled", extra={"provider": provider, "since": since.isoformat(),
+                                      "listed": result.listed, "recorded": result.recorded})
+    reconciliation.record_run(engine, result)
+    return result
+
+
 def run(settings: Settings) -> None:
     engine = db.create_engine(settings, pool_size=2)
+    # record_event's engine: each statement its own transaction, committed at once.
+    recording = db.create_engine(settings, pool_size=1, autocommit=True)
     broker = wakeups.create_broker(settings)
     scheduler = BlockingScheduler(timezone="UTC")
     scheduler.add_job(_safely(sweep), "interval", args=(engine, broker),
                       seconds=settings.sweep_interval_seconds, id="sweep",
                       max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
+    if settings.reconcile_interval_seconds > 0:
+        for provider in reconciliation.configured(settings):
+            scheduler.add_job(_safely(reconcile), "interval",
+                              args=(settings, recording, broker, provider),
+                              seconds=settings.reconcile_interval_seconds,
+                              id=f"reconcile-{provider}", max_instances=1, coalesce=True,
+                              next_run_time=datetime.now(UTC))
     scheduler.add_job(_safely(prune), "cron", args=(engine, settings.retention_days),
                       hour=3, minute=17, id="prune", max_instances=1, coalesce=True)
     log.info("clock started", extra={"sweep_interval": settings.sweep_interval_seconds})

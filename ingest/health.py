@@ -39,7 +39,14 @@ def _refresh_queue_depth() -> None:
         with current_app.extensions["engine"].connect() as conn:
             jobs = conn.execute(queries.JobCountDue).scalar_one()
             emails = conn.execute(queries.OutboxCountDue).scalar_one()
+            reconciliation = conn.execute(queries.ReconcileState).all()
     except sa.exc.SQLAlchemyError:
         return
     metrics.queue_depth.labels("jobs").set(jobs)
     metrics.queue_depth.labels("outbox").set(emails)
+    for row in reconciliation:
+        metrics.reconcile_runs.labels(row.provider).set(row.runs)
+        metrics.reconcile_failures.labels(row.provider).set(row.failures)
+        metrics.reconciled_events.labels(row.provider).set(row.found)
+        if row.last_success is not None:
+            metrics.reconcile_last_success.labels(row.provider).set(float(row.last_success))

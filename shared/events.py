@@ -218,9 +218,9 @@ def overview(conn: Connection) -> list[ProviderCounts]:
     """Per provider: events received, duplicates, jobs by status, oldest due job's age."""
     e, j, d = webhook_events.c, jobs.c, webhook_duplicates.c
     received: dict[str, int] = dict(conn.execute(
-        sa.select(e.provider, sa.func.count()).group_by(e.provider)).tuples().all())
+        sa.select(e.provider, sa.func.count()).group_by(e.provider)).all())
     duplicates: dict[str, int] = dict(conn.execute(
-        sa.select(d.provider, sa.func.count()).group_by(d.provider)).tuples().all())
+        sa.select(d.provider, sa.func.count()).group_by(d.provider)).all())
     by_status: dict[tuple[str, str], int] = {
         (row.provider, row.status): row.n for row in conn.execute(
             sa.select(j.provider, j.status, sa.func.count().label("n"))
@@ -228,7 +228,7 @@ def overview(conn: Connection) -> list[ProviderCounts]:
     oldest: dict[str, Any] = dict(conn.execute(
         sa.select(j.provider, sa.func.extract("epoch", sa.func.now() - sa.func.min(j.run_at)))
         .where(j.status == str(JobStatus.PENDING), j.run_at <= sa.func.now())
-        .group_by(j.provider)).tuples().all())
+        .group_by(j.provider)).all())
     providers = sorted(set(received) | set(duplicates) | {p for p, _ in by_status})
     return [ProviderCounts(
         provider=p, received=received.get(p, 0), duplicates=duplicates.get(p, 0),

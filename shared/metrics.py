@@ -52,6 +52,25 @@ queue_depth = Gauge(
     "webhooks_queue_depth", "Due pending rows, read from the tables at scrape time.", ["table"],
     multiprocess_mode="mostrecent",
 )
+# Reconciliation, read from the database at scrape time (the clock runs it; the web shows).
+reconcile_runs = Gauge(
+    "webhooks_reconcile_runs", "Reconciliation runs, by provider (only grows).",
+    ["provider"], multiprocess_mode="mostrecent",
+)
+reconcile_failures = Gauge(
+    "webhooks_reconcile_failures", "Reconciliation runs that ended on an API error "
+    "(only grows).", ["provider"], multiprocess_mode="mostrecent",
+)
+reconcile_last_success = Gauge(
+    "webhooks_reconcile_last_success_timestamp_seconds",
+    "When the last successful reconciliation run started.", ["provider"],
+    multiprocess_mode="mostrecent",
+)
+reconciled_events = Gauge(
+    "webhooks_reconciled_events", "Events that only reconciliation found (never delivered "
+    "before it): a sign that deliveries go missing.", ["provider"],
+    multiprocess_mode="mostrecent",
+)
 
 
 def render() -> tuple[bytes, str]:

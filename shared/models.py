@@ -83,9 +83,17 @@ class EmailStatus(StrEnum):
     FAILED = "failed"
 
 
-def one_of(vocabulary: type[StrEnum]) -> str:
-    """SQL for a CHECK on a status column: "status IN ('pending', 'done', 'failed')"."""
-    return f"status IN ({', '.join(repr(str(member)) for member in vocabulary)})"
+class ReceivedVia(StrEnum):
+    """How an event was first recorded: a provider's delivery, or reconciliation with the
+    provider's API (an event never delivered). Whichever comes second is a duplicate."""
+
+    DELIVERY = "delivery"
+    RECONCILE = "reconcile"
+
+
+def one_of(vocabulary: type[StrEnum], column: str = "status") -> str:
+    """SQL for a CHECK on a vocabulary column: "status IN ('pending', 'done', 'failed')"."""
+    return f"{column} IN ({', '.join(repr(str(member)) for member in vocabulary)})"
 
 
 NOW = text("now()")
@@ -105,8 +113,14 @@ webhook_events = Table(
     Column("event_type", Text, nullable=False),
     Column("payload", JSONB, nullable=False),
     Column("received_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("received_via", Text, nullable=False, server_default=ReceivedVia.DELIVERY.value),
     PrimaryKeyConstraint("id"),
     UniqueConstraint("provider", "event_id"),
+    CheckConstraint(one_of(ReceivedVia, "received_via"), name="received_via"),
+    # Events only reconciliation found, counted per provider on /metrics: a sign that
+    # deliveries go missing. Few rows, so a small partial index.
+    Index("ix_webhook_events_reconciled", "provider",
+          postgresql_where=text(f"received_via = '{ReceivedVia.RECONCILE}'")),
     # The listing's order (newest first) and its keyset pagination (shared/events.py).
     Index("ix_webhook_events_received_at_id", "received_at", "id"),
     # The search (shared/events.py): the event id and the payload's words.
@@ -233,4 +247,20 @@ outbox = Table(
     CheckConstraint(one_of(EmailStatus), name="status"),
     Index("ix_outbox_pending_run_at_id", "run_at", "id",
           postgresql_where=text(f"status = '{EmailStatus.PENDING}'")),
+)
+
+# One row per provider that reconciliation has run for: where the clock's next run starts
+# (the last success, less a margin) and what the last run found.
+reconcile_runs = Table(
+    "reconcile_runs",
+    metadata,
+    Column("provider", Text, nullable=False),
+    Column("last_started_at", DateTime(timezone=True), nullable=False),
+    Column("last_success_at", DateTime(timezone=True)),
+    Column("last_error", Text),
+    Column("listed", Integer, nullable=False, server_default="0"),
+    Column("recorded", Integer, nullable=False, server_default="0"),
+    Column("runs", BigInteger, nullable=False, server_default="0"),
+    Column("failures", BigInteger, nullable=False, server_default="0"),
+    PrimaryKeyConstraint("provider"),
 )

@@ -11,10 +11,11 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import text
 
-from shared.models import EmailStatus, JobStatus
+from shared.models import EmailStatus, JobStatus, ReceivedVia
 
 PENDING, DONE, FAILED = JobStatus.PENDING, JobStatus.DONE, JobStatus.FAILED
 EMAIL_PENDING, SENT, EMAIL_FAILED = EmailStatus.PENDING, EmailStatus.SENT, EmailStatus.FAILED
+RECONCILE = ReceivedVia.RECONCILE
 
 # --- ingest -------------------------------------------------------------------------
 
@@ -25,8 +26,8 @@ EMAIL_PENDING, SENT, EMAIL_FAILED = EmailStatus.PENDING, EmailStatus.SENT, Email
 # the job is inserted only from the event row this statement inserted. No row: a duplicate.
 EventJobInsert = text("""
     WITH event AS (
-        INSERT INTO webhook_events (provider, event_id, event_type, payload)
-        VALUES (:provider, :event_id, :event_type, CAST(:payload AS jsonb))
+        INSERT INTO webhook_events (provider, event_id, event_type, payload, received_via)
+        VALUES (:provider, :event_id, :event_type, CAST(:payload AS jsonb), :received_via)
         ON CONFLICT (provider, event_id) DO NOTHING
         RETURNING provider, event_id, event_type
     )
@@ -161,6 +162,41 @@ EventDeleteFinished = text(f"""
         FOR UPDATE SKIP LOCKED
     ) old
     WHERE e.provider = old.provider AND e.event_id = old.event_id
+""")
+
+# --- reconciliation -----------------------------------------------------------------
+
+# Which of a page of the provider's event ids are recorded already (read-only: the record
+# itself goes through EventJobInsert, whose ON CONFLICT is what makes it safe).
+EventIdsRecorded = text("""
+    SELECT event_id FROM webhook_events
+    WHERE provider = :provider AND event_id = ANY(CAST(:event_ids AS text[]))
+""")
+
+ReconcileRunStarted = text("""
+    INSERT INTO reconcile_runs (provider, last_started_at) VALUES (:provider, now())
+    ON CONFLICT (provider) DO UPDATE SET last_started_at = now()
+    RETURNING last_success_at
+""")
+
+ReconcileRunFinished = text("""
+    UPDATE reconcile_runs
+    SET last_success_at = CASE WHEN CAST(:error AS text) IS NULL
+                               THEN last_started_at ELSE last_success_at END,
+        last_error = :error, listed = :listed, recorded = :recorded,
+        runs = runs + 1,
+        failures = failures + CASE WHEN CAST(:error AS text) IS NULL THEN 0 ELSE 1 END
+    WHERE provider = :provider
+""")
+
+# For /metrics: per provider, the runs, their failures, the last success, and the events
+# that only reconciliation found (the partial index ix_webhook_events_reconciled).
+ReconcileState = text(f"""
+    SELECT r.provider, r.runs, r.failures,
+           extract(epoch FROM r.last_success_at) AS last_success,
+           (SELECT count(*) FROM webhook_events e
+            WHERE e.provider = r.provider AND e.received_via = '{RECONCILE}') AS found
+    FROM reconcile_runs r
 """)
 
 # --- periodic tasks -----------------------------------------------------------------

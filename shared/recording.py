@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 
 from shared import db, queries
 from shared.errors import DatabaseUnavailable, InvalidPayload
-from shared.models import JobStatus
+from shared.models import JobStatus, ReceivedVia
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Recorded:
 
 
 def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
-                 payload: bytes) -> Recorded:
+                 payload: bytes, via: ReceivedVia = ReceivedVia.DELIVERY) -> Recorded:
     """Commit the event and its job, or count a duplicate and find the job of the event
     seen before. `engine` is an autocommit engine (db.create_engine(autocommit=True));
     `payload` is the event's JSON, as received.
@@ -34,7 +34,7 @@ def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
     """
     for attempt in (1, 2):
         try:
-            return _record(engine, provider, event_id, event_type, payload)
+            return _record(engine, provider, event_id, event_type, payload, via)
         except DatabaseUnavailable as error:
             cause = error.__cause__
             stale = isinstance(cause, sa.exc.DBAPIError) and cause.connection_invalidated
@@ -44,13 +44,14 @@ def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
 
 
 def _record(engine: Engine, provider: str, event_id: str, event_type: str,
-            payload: bytes) -> Recorded:
+            payload: bytes, via: ReceivedVia) -> Recorded:
     key = {"provider": provider, "event_id": event_id}
     try:
         # One statement on an autocommit engine is one transaction, committed before
         # fetch_one returns.
         job = db.fetch_one(engine, queries.EventJobInsert, {
-            **key, "event_type": event_type, "payload": payload.decode("utf-8")})
+            **key, "event_type": event_type, "payload": payload.decode("utf-8"),
+            "received_via": str(via)})
         if job is not None:
             return Recorded(job_id=job[0], duplicate=False, status=job[1])
         existing = db.fetch_one(engine, queries.DuplicateCounted, key)

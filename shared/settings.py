@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,15 @@ class Settings:
     data_dir: Path = Path(".webhooks")
     log_format: str = "text"
     log_level: str = "INFO"
+    # Reconciliation: each provider's API credentials (None: not reconciled) and base URL.
+    stripe_api_key: str | None = None
+    stripe_api_base: str = "https://api.stripe.com"
+    paddle_api_key: str | None = None
+    paddle_api_base: str = "https://api.paddle.com"
+    github_token: str | None = None
+    github_api_base: str = "https://api.github.com"
+    github_hooks: tuple[str, ...] = ()
+    reconcile_interval_seconds: float = 3600.0  # 0: the clock does not reconcile
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -72,6 +82,14 @@ class Settings:
             data_dir=Path(env.get("WEBHOOKS_DATA_DIR") or ".webhooks").absolute(),
             log_format=_choice(env, "LOG_FORMAT", "text", ("text", "json")),
             log_level=_choice(env, "LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),
+            stripe_api_key=env.get("STRIPE_API_KEY") or None,
+            stripe_api_base=_http_url(env, "STRIPE_API_BASE", "https://api.stripe.com"),
+            paddle_api_key=env.get("PADDLE_API_KEY") or None,
+            paddle_api_base=_http_url(env, "PADDLE_API_BASE", "https://api.paddle.com"),
+            github_token=env.get("GITHUB_TOKEN") or None,
+            github_api_base=_http_url(env, "GITHUB_API_BASE", "https://api.github.com"),
+            github_hooks=_github_hooks(env),
+            reconcile_interval_seconds=_number(env, "RECONCILE_INTERVAL_SECONDS", 3600.0),
         )
 
     def secrets_for(self, provider: str) -> tuple[str, ...]:
@@ -88,6 +106,19 @@ class Settings:
 
 
 NO_EMBEDDED_SERVERS = "deployed processes never start an embedded server (only `webhooks dev` does)"
+
+
+# A hook's API path: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID.
+GITHUB_HOOK = re.compile(r"(repos/[\w.-]+/[\w.-]+|orgs/[\w.-]+)/hooks/\d+")
+
+
+def _github_hooks(env: Mapping[str, str]) -> tuple[str, ...]:
+    hooks = tuple(hook.strip("/") for hook in _names(env.get("GITHUB_HOOKS", "")))
+    for hook in hooks:
+        if not GITHUB_HOOK.fullmatch(hook):
+            raise ConfigError("GITHUB_HOOKS", f"{hook!r} is not repos/OWNER/REPO/hooks/ID "
+                                              "or orgs/ORG/hooks/ID")
+    return hooks
 
 
 def _names(raw: str) -> tuple[str, ...]:

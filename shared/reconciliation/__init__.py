@@ -1,0 +1,207 @@
+"""Reconciliation: ask a provider's API which events exist and record the ones never
+delivered, through the same operation as a delivery (shared.recording.record_event: one
+transaction, ON CONFLICT dedup, a wake-up after commit). A delivery and a reconciliation
+of one event, in either order or at the same moment, make one event row and one job.
+
+Each provider module (stripe, paddle, github) lists its events since a time as Listings,
+and fetches a listed event's payload (GitHub needs a second request per delivery; Stripe
+and Paddle list whole events). Events are recorded oldest first, so handlers that order
+by `created` see history in order. An API error (4xx, 5xx, timeout) ends the run with
+ReconcileFailed; what was recorded before it stays recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from sqlalchemy.engine import Engine
+
+from shared import db, queries, wakeups
+from shared.errors import MissingVariable, WebhooksError
+from shared.models import ReceivedVia
+from shared.recording import record_event
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PROVIDERS = ("stripe", "paddle", "github")
+DEFAULT_LOOKBACK = timedelta(hours=72)  # Stripe retries for 3 days
+# The clock's runs overlap by this much: an event created just before a run's start but
+# listed by the API only later is still in the next run's window.
+MARGIN = timedelta(minutes=15)
+CHECK_BATCH = 500  # event ids looked up in the database per statement
+
+
+class ReconcileFailed(WebhooksError):
+    """The provider's API failed (4xx, 5xx, timeout) or answered something unreadable."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One event as the provider's list shows it."""
+
+    event_id: str
+    created: datetime
+    event_type: str | None = None  # known from the list (Stripe, Paddle), or at fetch
+    payload: bytes | None = None  # the event's JSON, when the list carries it
+    ref: str = ""  # what fetch() needs (GitHub: the delivery's API path)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    event_type: str
+    payload: bytes
+
+
+class Source(Protocol):
+    """A provider's event API."""
+
+    def listings(self, since: datetime) -> Iterable[Listing]: ...
+
+    def fetch(self, listing: Listing) -> Fetched: ...
+
+
+@dataclass
+class Result:
+    provider: str
+    since: datetime
+    listed: int = 0
+    already: int = 0
+    recorded: int = 0
+    would_record: list[Listing] = field(default_factory=list)  # --dry-run
+    error: str | None = None
+
+    def summary(self) -> str:
+        return f"listed {self.listed}, already recorded {self.already}, recorded {self.recorded}"
+
+
+def source_for(settings: Settings, provider: str) -> Source:
+    """The provider's API client; MissingVariable without its credentials."""
+    if provider == "stripe":
+        from shared.reconciliation import stripe
+
+        if not settings.stripe_api_key:
+            raise MissingVariable("STRIPE_API_KEY", "Stripe reconciliation needs an API key")
+        return stripe.StripeEvents(settings.stripe_api_key, settings.stripe_api_base)
+    if provider == "paddle":
+        from shared.reconciliation import paddle
+
+        if not settings.paddle_api_key:
+            raise MissingVariable("PADDLE_API_KEY", "Paddle reconciliation needs an API key")
+        return paddle.PaddleEvents(settings.paddle_api_key, settings.paddle_api_base)
+    if provider == "github":
+        from shared.reconciliation import github
+
+        if not settings.github_token:
+            raise MissingVariable("GITHUB_TOKEN", "GitHub reconciliation needs a token")
+        if not settings.github_hooks:
+            raise MissingVariable("GITHUB_HOOKS", "GitHub reconciliation needs the hooks")
+        return github.GitHubDeliveries(settings.github_token, settings.github_api_base,
+                                       settings.github_hooks)
+    raise ValueError(f"no reconciliation for {provider!r}")
+
+
+def configured(settings: Settings) -> list[str]:
+    """The providers whose API credentials are set."""
+    found = []
+    for provider in PROVIDERS:
+        try:
+            source_for(settings, provider)
+        except MissingVariable:
+            continue
+        found.append(provider)
+    return found
+
+
+def reconcile(engine: Engine, source: Source, provider: str, since: datetime, *,
+              dry_run: bool = False, wake: Callable[[list[int]], object] | None = None,
+              ) -> Result:
+    """List the provider's events since `since` and record each one not yet recorded,
+    oldest first. `engine` is an autocommit engine (as the ingest's); `wake` sends the
+    wake-ups for the new jobs. Raises ReconcileFailed on an API error, after recording
+    what it had: result.recorded counts it (attached to the error as .result)."""
+    result = Result(provider, since)
+    try:
+        listings = sorted(_unique(source.listings(since)), key=lambda item: item.created)
+        result.listed = len(listings)
+        recorded = _recorded(engine, provider, [item.event_id for item in listings])
+        missing = [item for item in listings if item.event_id not in recorded]
+        result.already = result.listed - len(missing)
+        if dry_run:
+            result.would_record = missing
+            return result
+        _record(engine, source, provider, missing, result, wake)
+    except ReconcileFailed as error:
+        result.error = str(error)
+        error.result = result  # type: ignore[attr-defined]
+        raise
+    return result
+
+
+def _unique(listings: Iterable[Listing]) -> Iterable[Listing]:
+    """Each event once (GitHub lists a redelivery under its original's guid)."""
+    seen: set[str] = set()
+    for listing in listings:
+        if listing.event_id not in seen:
+            seen.add(listing.event_id)
+            yield listing
+
+
+def _recorded(engine: Engine, provider: str, event_ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    with db.transaction(engine) as conn:
+        for start in range(0, len(event_ids), CHECK_BATCH):
+            found.update(db.fetch_scalars_in(conn, queries.EventIdsRecorded, {
+                "provider": provider, "event_ids": list(event_ids[start:start + CHECK_BATCH])}))
+    return found
+
+
+def _record(engine: Engine, source: Source, provider: str, missing: list[Listing],
+            result: Result, wake: Callable[[list[int]], object] | None) -> None:
+    new_jobs: list[int] = []
+    try:
+        for listing in missing:
+            event_type, payload = listing.event_type, listing.payload
+            if payload is None or event_type is None:
+                fetched = source.fetch(listing)
+                event_type, payload = fetched.event_type, fetched.payload
+            done = record_event(engine, provider, listing.event_id, event_type, payload,
+                                via=ReceivedVia.RECONCILE)
+            if done.duplicate:  # a delivery landed since the list was read
+                result.already += 1
+                continue
+            result.recorded += 1
+            log.info("event recorded by reconciliation",
+                     extra={"provider": provider, "event_id": listing.event_id,
+                            "event_type": event_type, "job_id": done.job_id})
+            if done.job_id is not None:
+                new_jobs.append(done.job_id)
+                if wake is not None and len(new_jobs) >= wakeups.JOBS_PER_MESSAGE:
+                    wake(new_jobs)
+                    new_jobs = []
+    finally:
+        if wake is not None and new_jobs:
+            wake(new_jobs)
+
+
+def since_for_clock(engine: Engine, provider: str) -> datetime:
+    """Where the clock's run starts: the last successful run's start less MARGIN, or
+    DEFAULT_LOOKBACK ago. Marks this run as started."""
+    with db.transaction(engine) as conn:
+        row = conn.execute(queries.ReconcileRunStarted, {"provider": provider}).first()
+    last = row[0] if row else None
+    if last is None:
+        return datetime.now(UTC) - DEFAULT_LOOKBACK
+    return min(last - MARGIN, datetime.now(UTC))
+
+
+def record_run(engine: Engine, result: Result) -> None:
+    """Store the run's outcome; a success moves the next run's start."""
+    with db.transaction(engine) as conn:
+        conn.execute(queries.ReconcileRunFinished, {
+            "provider": result.provider, "error": result.error, "listed": result.listed,
+            "recorded": result.recorded})

@@ -1,0 +1,254 @@
+"""Reconciliation against fake provider APIs over real HTTP (tests/fakes/provider_apis.py)
+and the real Postgres: missing events are recorded once, through the same dedup as a
+delivery; a second run records nothing; an API failure keeps what was recorded; 429s are
+waited out; GitHub fetches only the guids not recorded."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from shared import db, reconciliation
+from shared.errors import MissingVariable
+from shared.models import ReceivedVia
+from shared.recording import record_event
+from shared.settings import Settings
+from tests import factories
+from tests.fakes.provider_apis import GITHUB_TOKEN, HOOK, PADDLE_KEY, STRIPE_KEY, FakeProviderApis
+
+SINCE = datetime.now(UTC) - timedelta(hours=72)
+
+
+@pytest.fixture()
+def fake() -> Iterator[FakeProviderApis]:
+    with FakeProviderApis() as running:
+        yield running
+
+
+@pytest.fixture()
+def recording(database_url: str, clean_db: Engine) -> Iterator[Engine]:
+    """An autocommit engine, as the ingest's and the clock's."""
+    settings = Settings.from_env({"DATABASE_URL": database_url})
+    engine = db.create_engine(settings, pool_size=4, autocommit=True)
+    yield engine
+    engine.dispose()
+
+
+def api_settings(fake: FakeProviderApis, database_url: str) -> Settings:
+    return Settings.from_env({
+        "DATABASE_URL": database_url, "STRIPE_API_KEY": STRIPE_KEY,
+        "STRIPE_API_BASE": fake.url, "PADDLE_API_KEY": PADDLE_KEY, "PADDLE_API_BASE": fake.url,
+        "GITHUB_TOKEN": GITHUB_TOKEN, "GITHUB_API_BASE": fake.url, "GITHUB_HOOKS": HOOK,
+    })
+
+
+def stripe_events(count: int) -> list[dict[str, Any]]:
+    start = int(time.time()) - 3600
+    return [factories.stripe_event(
+        "invoice.paid", factories.invoice(f"in_{n:05d}", customer=f"cus_{n % 17}", amount=100),
+        event_id=f"evt_{n:05d}", created=start + n) for n in range(count)]
+
+
+def deliver(engine: Engine, provider: str, event: dict[str, Any], event_id: str,
+            event_type: str) -> None:
+    record_event(engine, provider, event_id, event_type, json.dumps(event).encode())
+
+
+def events_in_db(engine: Engine, provider: str) -> dict[str, str]:
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.text(
+            "SELECT e.event_id, e.received_via FROM webhook_events e JOIN jobs j "
+            "USING (provider, event_id) WHERE e.provider = :p"), {"p": provider}).all())
+
+
+def reconcile(settings: Settings, engine: Engine, provider: str,
+              **options: Any) -> reconciliation.Result:
+    source = reconciliation.source_for(settings, provider)
+    return reconciliation.reconcile(engine, source, provider, SINCE, **options)
+
+
+def test_stripe_records_what_was_never_delivered_once(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
+    settings = api_settings(fake, database_url)
+    fake.state.stripe_events = stripe_events(250)
+    for event in fake.state.stripe_events[::3]:  # a third was delivered
+        deliver(recording, "stripe", event, event["id"], event["type"])
+    woken: list[list[int]] = []
+    result = reconcile(settings, recording, "stripe", wake=woken.append)
+    assert (result.listed, result.already, result.recorded) == (250, 84, 166)
+    assert result.summary() == "listed 250, already recorded 84, recorded 166"
+    recorded = events_in_db(recording, "stripe")
+    assert len(recorded) == 250
+    assert sum(via == ReceivedVia.RECONCILE for via in recorded.values()) == 166
+    assert sum(len(batch) for batch in woken) == 166  # every new job woken
+    # The payload is the event as Stripe delivers it.
+    with recording.connect() as conn:
+        payload = conn.execute(sa.text("SELECT payload FROM webhook_events "
+                                       "WHERE event_id = 'evt_00001'")).scalar_one()
+    assert payload == fake.state.stripe_events[1]
+    again = reconcile(settings, recording, "stripe")
+    assert (again.listed, again.already, again.recorded) == (250, 250, 0)
+
+
+def test_events_are_recorded_oldest_first(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
+    fake.state.stripe_events = stripe_events(120)
+    reconcile(api_settings(fake, database_url), recording, "stripe")
+    with recording.connect() as conn:
+        order = conn.execute(sa.text("SELECT event_id FROM jobs ORDER BY id")).scalars().all()
+    assert order == sorted(order)
+
+
+def test_dry_run_lists_and_records_nothing(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
+    fake.state.stripe_events = stripe_events(30)
+    result = reconcile(api_settings(fake, database_url), recording, "stripe", dry_run=True)
+    assert result.recorded == 0 and len(result.would_record) == 30
+    assert events_in_db(recording, "stripe") == {}
+
+
+def test_api_failure_while_listing_then_the_next_run_completes(fake, recording,  # type: ignore[no-untyped-def]
+                                                               database_url) -> None:
+    settings = api_settings(fake, database_url)
+    fake.state.paddle_events = [_paddle_event(n) for n in range(450)]
+    fake.state.fail_after = 2  # two pages of 200 answer, then 500s (after the retries)
+    with pytest.raises(reconciliation.ReconcileFailed) as failure:
+        reconcile(settings, recording, "paddle")
+    # Events are recorded oldest first, so a run lists before it records: a failure
+    # while listing records nothing, and the next run completes.
+    assert failure.value.result.recorded == 0  # type: ignore[attr-defined]
+    fake.state.fail_after = None
+    result = reconcile(settings, recording, "paddle")
+    assert result.recorded == 450 and len(events_in_db(recording, "paddle")) == 450
+
+
+def test_failure_while_fetching_keeps_what_was_recorded(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
+    settings = api_settings(fake, database_url)
+    fake.state.github_deliveries = [_github_delivery(n) for n in range(40)]
+    fake.state.fail_after = 1 + 10  # the list, then ten deliveries' details
+    with pytest.raises(reconciliation.ReconcileFailed) as failure:
+        reconcile(settings, recording, "github")
+    kept = failure.value.result.recorded  # type: ignore[attr-defined]
+    assert kept == 10 and len(events_in_db(recording, "github")) == 10
+    fake.state.fail_after = None
+    result = reconcile(settings, recording, "github")
+    assert (result.already, result.recorded) == (10, 30)
+    assert len(events_in_db(recording, "github")) == 40
+
+
+def test_rate_limit_is_waited_out(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
+    settings = api_settings(fake, database_url)
+    fake.state.stripe_events = stripe_events(5)
+    fake.state.paddle_events = [_paddle_event(n) for n in range(5)]
+    for provider in ("stripe", "paddle"):
+        fake.state.rate_limited = 1
+        started = time.monotonic()
+        result = reconcile(settings, recording, provider)
+        assert result.recorded == 5
+        assert time.monotonic() - started >= 0.9  # Retry-After: 1 was honoured
+
+
+def test_github_redeliveries_share_a_guid_and_only_unrecorded_are_fetched(  # type: ignore[no-untyped-def]
+        fake, recording, database_url) -> None:
+    settings = api_settings(fake, database_url)
+    deliveries = [_github_delivery(n) for n in range(150)]
+    redeliveries = [{**d, "id": 10_000 + d["id"], "redelivery": True} for d in deliveries[:20]]
+    fake.state.github_deliveries = deliveries + redeliveries
+    for d in deliveries[100:]:  # 50 were delivered
+        deliver(recording, "github", d["payload"], d["guid"], d["event"])
+    result = reconcile(settings, recording, "github")
+    assert (result.listed, result.already, result.recorded) == (150, 50, 100)
+    fetched = fake.state.detail_fetches
+    assert sum(fetched.values()) == 100
+    assert not any(fetched[d["id"]] for d in deliveries[100:])
+    with recording.connect() as conn:
+        row = conn.execute(sa.text("SELECT event_type, payload FROM webhook_events "
+                                   "WHERE event_id = :g"), {"g": deliveries[0]["guid"]}).one()
+    assert row.event_type == "push" and row.payload == deliveries[0]["payload"]
+
+
+def test_a_delivery_and_a_reconciliation_at_once_make_one_event(fake, recording,  # type: ignore[no-untyped-def]
+                                                                 database_url) -> None:
+    settings = api_settings(fake, database_url)
+    fake.state.stripe_events = stripe_events(300)
+    barrier = threading.Barrier(3)
+
+    def deliveries() -> None:
+        barrier.wait()
+        for event in fake.state.stripe_events:
+            deliver(recording, "stripe", event, event["id"], event["type"])
+
+    def reconciliations() -> None:
+        barrier.wait()
+        reconcile(settings, recording, "stripe")
+
+    threads = [threading.Thread(target=deliveries), threading.Thread(target=reconciliations),
+               threading.Thread(target=reconciliations)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    with recording.connect() as conn:
+        counts = conn.execute(sa.text(
+            "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM jobs), "
+            "(SELECT count(DISTINCT event_id) FROM jobs)")).one()
+    assert tuple(counts) == (300, 300, 300)
+
+
+def test_without_credentials_the_provider_is_not_configured(database_url) -> None:  # type: ignore[no-untyped-def]
+    settings = Settings.from_env({"DATABASE_URL": database_url})
+    assert reconciliation.configured(settings) == []
+    with pytest.raises(MissingVariable, match="STRIPE_API_KEY"):
+        reconciliation.source_for(settings, "stripe")
+
+
+def test_the_clock_resumes_from_its_last_success(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
+    assert reconciliation.since_for_clock(recording, "stripe") < datetime.now(UTC) - timedelta(
+        hours=71)
+    result = reconciliation.Result("stripe", SINCE, listed=3)
+    reconciliation.record_run(recording, result)
+    resumed = reconciliation.since_for_clock(recording, "stripe")
+    assert datetime.now(UTC) - timedelta(minutes=20) < resumed < datetime.now(UTC)
+    reconciliation.record_run(recording, reconciliation.Result("stripe", SINCE, error="boom"))
+    # A failed run does not move the start: the next run starts from the last success.
+    assert abs(reconciliation.since_for_clock(recording, "stripe") - resumed) < timedelta(
+        seconds=60)
+
+
+def _paddle_event(n: int) -> dict[str, Any]:
+    occurred = (datetime.now(UTC) - timedelta(hours=1, seconds=-n)).isoformat()
+    return {"event_id": f"evt_01h{n:08d}", "event_type": "transaction.completed",
+            "occurred_at": occurred.replace("+00:00", "Z"), "notification_id": None,
+            "data": {"id": f"txn_{n:05d}", "status": "completed"}}
+
+
+def _github_delivery(n: int) -> dict[str, Any]:
+    delivered = (datetime.now(UTC) - timedelta(hours=2, seconds=-n)).isoformat()
+    return {"id": n + 1, "guid": str(uuid.UUID(int=n + 1)), "event": "push",
+            "delivered_at": delivered.replace("+00:00", "Z"), "redelivery": False,
+            "payload": {"ref": "refs/heads/main", "after": f"{n:040x}",
+                        "repository": {"full_name": "acme/shop"}}}
+
+
+def test_web_metrics_show_reconciliation_from_the_database(fake, recording, database_url,  # type: ignore[no-untyped-def]
+                                                           settings) -> None:
+    from ingest.app import create_app
+
+    fake.state.stripe_events = stripe_events(4)
+    deliver(recording, "stripe", fake.state.stripe_events[0], "evt_00000", "invoice.paid")
+    reconciliation.since_for_clock(recording, "stripe")
+    result = reconcile(api_settings(fake, database_url), recording, "stripe")
+    reconciliation.record_run(recording, result)
+    reconciliation.since_for_clock(recording, "stripe")
+    reconciliation.record_run(recording, reconciliation.Result("stripe", SINCE, error="500"))
+    text = create_app(settings).test_client().get("/metrics").get_data(as_text=True)
+    assert 'webhooks_reconciled_events{provider="stripe"} 3.0' in text
+    assert 'webhooks_reconcile_runs{provider="stripe"} 2.0' in text
+    assert 'webhooks_reconcile_failures{provider="stripe"} 1.0' in text
+    assert 'webhooks_reconcile_last_success_timestamp_seconds{provider="stripe"}' in text
