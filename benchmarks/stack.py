@@ -62,7 +62,7 @@ def prepare(admin_url: str, name: str, broker_url: str, logs: Path,
     # Anything this process imports from the project (worker.actors, the clock's sweep)
     # reads Settings from the environment: point it at the benchmark's, never the embedded.
     os.environ.update(target.env)
-    result = subprocess.run(_command(target, "migrate"), env={**os.environ, **target.env},
+    result = subprocess.run(webhooks_command(target, "migrate"), env={**os.environ, **target.env},
                             cwd=target.code, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise RuntimeError(f"migrate failed: {result.stderr.strip()}")
@@ -92,7 +92,7 @@ def free_port() -> int:
         return port
 
 
-def _command(target: Target, *args: str) -> list[str]:
+def webhooks_command(target: Target, *args: str) -> list[str]:
     """`webhooks ARGS` as the Procfile runs it (the console script next to this Python),
     or from another checkout when target.code is one."""
     if target.code != ROOT:  # the command's module there: webhooks, or shared.cli before it
@@ -161,7 +161,7 @@ def start(name: str, args: list[str], target: Target, extra_env: dict[str, str] 
     env = {**os.environ, **target.env, **(extra_env or {})}
     if target.code != ROOT:
         env["PYTHONPATH"] = str(target.code)
-    popen = subprocess.Popen(command or _command(target, *args), cwd=target.code, env=env,
+    popen = subprocess.Popen(command or webhooks_command(target, *args), cwd=target.code, env=env,
                              stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True)
     return Process(name, popen)

@@ -1,20 +1,24 @@
 """The `webhooks` command. Every subcommand validates Settings first: a bad environment
 variable stops it with one line naming the variable (exit 2).
 
-The Procfile's processes (`migrate`, `web`, `worker`, `clock`) never start an embedded
-server: without DATABASE_URL (or BROKER_URL) they exit 1 at once, naming the variable.
-The operators' commands (`stats`, `replay`, `prune`) use the database of a `webhooks dev`
-running in the current folder when DATABASE_URL is unset. Failures exit 1, bad usage 2.
+The Procfile's processes (`migrate`, `web`, `worker`, `clock`, `console`) never start an
+embedded server: without DATABASE_URL (or BROKER_URL) they exit 1 at once, naming the
+variable. The operators' commands (`stats`, `replay`, `prune`, `events`, `show`,
+`reconcile`) use the database of a `webhooks dev` running in the current folder when
+DATABASE_URL is unset. Failures exit 1,
+bad usage 2.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -22,6 +26,7 @@ import click
 from sqlalchemy.engine import Engine
 
 from shared.errors import ConfigError, DatabaseUnavailable, MissingVariable, WebhooksError
+from shared.models import JobStatus
 from shared.settings import PROVIDER_SECRET_VARIABLES, Settings
 
 T = TypeVar("T")
@@ -304,3 +309,156 @@ def stats(days: int) -> None:
 
     table = _database(lambda: daily_stats.daily(_engine(settings), days))
     click.echo(daily_stats.render(table))
+
+
+class Moment(click.ParamType):
+    """A date or time: ISO 8601 (`2026-11-30`, `2026-11-30T14:00`, `...+01:00`; UTC unless
+    it says otherwise, as in the console), or an age (`90s`, `30m`, `6h`, `2d`) before now."""
+
+    name = "TIME"
+    _AGE = re.compile(r"^(\d+)([smhd])$")
+    _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        text = str(value).strip()
+        if match := self._AGE.match(text):
+            ago = timedelta(**{self._UNITS[match[2]]: int(match[1])})
+            return datetime.now(UTC) - ago
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(f"{text!r} is not a date or time (2026-11-30, 2026-11-30T14:00, "
+                      "or an age: 30m, 6h, 2d)", param, ctx)
+        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@main.command()
+@click.option("--provider")
+@click.option("--type", "event_type", help="Event type, e.g. invoice.paid.")
+@click.option("--status", type=click.Choice([str(s) for s in JobStatus]),
+              help="The job's status.")
+@click.option("--since", type=Moment(), help="Received at or after this time.")
+@click.option("--until", type=Moment(), help="Received before this time.")
+@click.option("--search", metavar="TEXT",
+              help="An event id, or words anywhere in the payload (an email, an invoice id).")
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def events(provider: str | None, event_type: str | None, status: str | None,
+           since: datetime | None, until: datetime | None, search: str | None, limit: int,
+           as_json: bool) -> None:
+    """Events newest first, with their job's status, attempts and last error."""
+    settings = local_settings()
+    from shared.events import EventFilter
+    from webhooks import tables
+
+    spec = EventFilter(provider, event_type, JobStatus(status) if status else None, since,
+                       until, search)
+    rows, more = _database(lambda: _list_events(_engine(settings), spec, limit))
+    if as_json:
+        for row in rows:
+            click.echo(tables.event_line(row))
+        return
+    if not rows:
+        click.echo("no events match")
+        return
+    width = shutil.get_terminal_size().columns
+    click.echo(tables.events_table(rows, datetime.now(UTC), width))
+    if more:
+        click.echo(f"(the newest {len(rows)}; more with --limit or narrower filters)",
+                   err=True)
+
+
+def _list_events(engine: Engine, spec: Any, limit: int) -> tuple[list[Any], bool]:
+    """Up to `limit` events, a page of shared.events.list_events at a time; and whether
+    more match."""
+    from shared.events import list_events
+
+    rows: list[Any] = []
+    after = None
+    with engine.connect() as conn:
+        while len(rows) < limit:
+            page = list_events(conn, spec, limit=limit - len(rows), after=after)
+            rows += page.events
+            after = page.next
+            if after is None:
+                return rows, False
+    return rows, True
+
+
+@main.command()
+@click.argument("provider")
+@click.argument("event_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def show(provider: str, event_id: str, as_json: bool) -> None:
+    """One event: payload, job, effects (ledger, subscription, emails), duplicates."""
+    settings = local_settings()
+    from shared.events import show_event
+    from webhooks import tables
+
+    def read() -> Any:
+        with _engine(settings).connect() as conn:
+            return show_event(conn, provider, event_id)
+
+    detail = _database(read)
+    if detail is None:
+        fail(f"no event {event_id} from {provider}")
+    click.echo(tables.detail_json(detail) if as_json else tables.detail_text(detail))
+
+
+# --- the console and reconciliation ---------------------------------------------------
+
+
+@main.command()
+@click.option("--host", default=ANY_INTERFACE, show_default=True,
+              help="Interface to listen on ($CONSOLE_PORT is the port).")
+def console(host: str) -> None:
+    """The operator console on $CONSOLE_PORT (HTTP Basic auth: CONSOLE_USER and
+    CONSOLE_PASSWORD)."""
+    settings = procfile_settings()
+    from console.app import serve
+    from console.settings import ConsoleSettings
+
+    try:
+        serve(settings, ConsoleSettings.from_env(), host=host)
+    except MissingVariable as error:  # CONSOLE_PASSWORD
+        fail(str(error))
+    except ConfigError as error:
+        fail(str(error), code=2)
+
+
+@main.command()
+@click.argument("provider", type=click.Choice(["stripe", "paddle", "github"]))
+@click.option("--since", type=Moment(), default=None,
+              help="List the provider's events from this time (default: 72 hours ago).")
+@click.option("--dry-run", is_flag=True, help="List what would be recorded; record nothing.")
+def reconcile(provider: str, since: datetime | None, dry_run: bool) -> None:
+    """Record the provider's events that were never delivered (through its API), each
+    exactly as a delivery would be, and wake the workers."""
+    settings = local_settings()
+    from shared import db, reconciliation, wakeups
+
+    try:
+        source = reconciliation.source_for(settings, provider)
+    except MissingVariable as error:
+        fail(str(error))
+    start = since or datetime.now(UTC) - reconciliation.DEFAULT_LOOKBACK
+    engine = db.create_engine(settings, pool_size=1, autocommit=True)
+    broker = wakeups.create_broker(settings) if settings.broker_url else None
+
+    def wake(job_ids: list[int]) -> None:
+        if broker is not None:
+            wakeups.wake_jobs(broker, job_ids[-1:])
+
+    try:
+        result = _database(lambda: reconciliation.reconcile(engine, source, provider, start,
+                                                             dry_run=dry_run, wake=wake))
+    except reconciliation.ReconcileFailed as error:
+        done = error.result  # type: ignore[attr-defined]
+        fail(f"{error} ({done.summary()}; what was recorded stays recorded)")
+    for listing in result.would_record:
+        click.echo(f"would record {listing.event_id} {listing.event_type or ''} "
+                   f"{listing.created.isoformat()}".rstrip())
+    click.echo(result.summary())

@@ -1,9 +1,10 @@
 """`webhooks dev`: the whole system in one command, on a machine with no servers.
 
 Starts the embedded Postgres and broker unless DATABASE_URL / BROKER_URL are set, applies
-migrations, then runs web, worker and clock as child processes exactly as the Procfile
-would, with the URLs in their environment, listening on 127.0.0.1 only. Ctrl-C (or
-SIGTERM, SIGHUP) stops everything, the embedded servers it started included.
+migrations, then runs web, worker, clock and console as child processes exactly as the
+Procfile would, with the URLs in their environment, listening on 127.0.0.1 only. The
+console's password is generated once and kept in the data folder, like the dev secrets.
+Ctrl-C (or SIGTERM, SIGHUP) stops everything, the embedded servers it started included.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +26,7 @@ from shared.settings import PROVIDER_SECRET_VARIABLES, Settings
 from webhooks import embedded
 
 LOOPBACK = "127.0.0.1"
+CONSOLE_PORT = 8001
 
 
 def dev_secrets(data_dir: Path) -> dict[str, str]:
@@ -46,6 +49,34 @@ def dev_secrets(data_dir: Path) -> dict[str, str]:
     return made
 
 
+def dev_console_password(data_dir: Path) -> str:
+    """The console's password for local use, generated once and kept in the data folder."""
+    path = data_dir / "console-password"
+    if path.exists():
+        return path.read_text().strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_urlsafe(18)
+    path.write_text(password + "\n")
+    path.chmod(0o600)
+    return password
+
+
+def _console_port(env: dict[str, str], web_port: int) -> str:
+    """CONSOLE_PORT if set; else 8001, or any free port when 8001 is taken (another
+    `webhooks dev`) or is the web's."""
+    if env.get("CONSOLE_PORT", "").strip():
+        return env["CONSOLE_PORT"].strip()
+    with socket.socket() as sock:
+        try:
+            if web_port == CONSOLE_PORT:
+                raise OSError("the web's port")
+            sock.bind((LOOPBACK, CONSOLE_PORT))
+            return str(CONSOLE_PORT)
+        except OSError:
+            sock.bind((LOOPBACK, 0))
+            return str(sock.getsockname()[1])
+
+
 def environment(settings: Settings) -> dict[str, str]:
     """The environment for the child processes: the URLs (of the embedded servers, started
     here, where DATABASE_URL or BROKER_URL is unset) and the dev secrets."""
@@ -55,6 +86,8 @@ def environment(settings: Settings) -> dict[str, str]:
     env["WEBHOOKS_DATA_DIR"] = str(settings.data_dir)
     for variable, value in dev_secrets(settings.data_dir).items():
         env.setdefault(variable, value)
+    env.setdefault("CONSOLE_PASSWORD", dev_console_password(settings.data_dir))
+    env["CONSOLE_PORT"] = _console_port(env, settings.port)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("WORKER_METRICS_HOST", LOOPBACK)
     return env
@@ -74,6 +107,7 @@ def run(settings: Settings) -> int:
                                     env=env, process_group=0),
             "worker": subprocess.Popen([*command, "worker", "--processes", "1"], env=env),
             "clock": subprocess.Popen([*command, "clock"], env=env),
+            "console": subprocess.Popen([*command, "console", "--host", LOOPBACK], env=env),
         }
         _banner(settings, env)
         return _supervise(children)
@@ -92,10 +126,15 @@ def _stop_embedded(settings: Settings) -> None:
 
 def _banner(settings: Settings, env: dict[str, str]) -> None:
     url = f"http://{LOOPBACK}:{settings.port}"
+    password = (f"{env['CONSOLE_PASSWORD']}   (kept in {settings.data_dir / 'console-password'})"
+                if os.environ.get("CONSOLE_PASSWORD") is None
+                else "$CONSOLE_PASSWORD, as set in the environment")
     click.echo(f"""
 webhooks is running
   ingest:   {url}/webhooks/<provider>   (stripe, paddle, shopify, github, slack, standard)
   health:   {url}/healthz  {url}/readyz  {url}/metrics
+  console:  http://{LOOPBACK}:{env['CONSOLE_PORT']}/
+            user {env.get('CONSOLE_USER') or 'admin'}, password {password}
   database: {env['DATABASE_URL']}
   broker:   {env['BROKER_URL']}
   secrets:  {settings.data_dir / 'dev-secrets.json'} (unless set in the environment)

@@ -252,3 +252,27 @@ def test_web_metrics_show_reconciliation_from_the_database(fake, recording, data
     assert 'webhooks_reconcile_runs{provider="stripe"} 2.0' in text
     assert 'webhooks_reconcile_failures{provider="stripe"} 1.0' in text
     assert 'webhooks_reconcile_last_success_timestamp_seconds{provider="stripe"}' in text
+
+
+def test_the_reconcile_command(fake, recording, database_url, settings) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from webhooks.cli import main
+
+    fake.state.stripe_events = stripe_events(12)
+    deliver(recording, "stripe", fake.state.stripe_events[0], "evt_00000", "invoice.paid")
+    env = {"DATABASE_URL": database_url, "BROKER_URL": settings.broker_url,
+           "STRIPE_API_KEY": STRIPE_KEY, "STRIPE_API_BASE": fake.url}
+    runner = CliRunner()
+    missing = runner.invoke(main, ["reconcile", "stripe"], env={**env, "STRIPE_API_KEY": ""})
+    assert missing.exit_code == 1 and "STRIPE_API_KEY" in missing.output
+    dry = runner.invoke(main, ["reconcile", "stripe", "--dry-run"], env=env)
+    assert dry.exit_code == 0, dry.output
+    assert dry.output.count("would record evt_") == 11
+    assert dry.output.splitlines()[-1] == "listed 12, already recorded 1, recorded 0"
+    real = runner.invoke(main, ["reconcile", "stripe", "--since", "2h"], env=env)
+    assert real.exit_code == 0 and real.output == "listed 12, already recorded 1, recorded 11\n"
+    fake.state.fail_after = 0
+    failed = runner.invoke(main, ["reconcile", "stripe"], env=env)
+    assert failed.exit_code == 1 and "Stripe" in failed.output
+    assert runner.invoke(main, ["reconcile", "shopify"], env=env).exit_code == 2

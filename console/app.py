@@ -1,0 +1,83 @@
+"""The console as its own process: `create_app` builds the Flask app, `serve` runs it under
+granian on CONSOLE_PORT (the Procfile's `console`, through `webhooks console`).
+
+granian, as the ingest: already a dependency, a production server (the ingest's own), and
+one server process of a few threads is plenty for a handful of operators. Its server
+process is forked from `serve`'s and builds the app from the settings `serve` was given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+from granian.constants import Interfaces
+from granian.server import Server
+
+from console.blueprint import create_blueprint
+from console.settings import ConsoleSettings
+from shared import db, wakeups
+from shared.settings import Settings
+
+THREADS = 4  # app threads, and the pool's connections
+MAX_FORM_BYTES = 64 * 1024  # the console's forms are a token and a few filters
+_APP = "console.app:_server_app"
+# The settings `serve` was given, for the forked server process's _server_app.
+_serving: tuple[Settings, ConsoleSettings] | None = None
+
+
+def create_app(settings: Settings, console_settings: ConsoleSettings, *,
+               threads: int = THREADS) -> Flask:
+    """The console alone, at the root of its own app. MissingVariable without
+    CONSOLE_PASSWORD or DATABASE_URL. The broker (BROKER_URL, optional here) wakes the
+    workers after a replay or a retry; without it the clock's sweeper does."""
+    console_settings.require_password()
+    app = Flask(__name__, static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_FORM_BYTES
+    engine = db.create_engine(settings, pool_size=threads)
+    broker = wakeups.create_broker(settings) if settings.broker_url else None
+    app.register_blueprint(create_blueprint(engine, console_settings, broker=broker))
+    return app
+
+
+def check(settings: Settings, console_settings: ConsoleSettings) -> None:
+    """What `serve` checks before it listens: ConfigError (MissingVariable for an unset
+    DATABASE_URL, BROKER_URL or CONSOLE_PASSWORD), one line naming the variable."""
+    console_settings.check(settings)
+
+
+def serve(settings: Settings, console_settings: ConsoleSettings, host: str,
+          threads: int = THREADS) -> None:
+    """Run the console on CONSOLE_PORT until SIGTERM/SIGINT. Raises ConfigError
+    (MissingVariable: exit 1) before listening when `check` fails."""
+    global _serving
+    check(settings, console_settings)
+    from shared.logs import configure_logging
+
+    configure_logging(settings)
+    _serving = (settings, console_settings)
+    Server(
+        _APP,
+        factory=True,
+        interface=Interfaces.WSGI,
+        address=host,
+        port=console_settings.port,
+        workers=1,
+        blocking_threads=threads,
+        websockets=False,
+        respawn_failed_workers=True,
+        respawn_interval=1.0,
+        workers_kill_timeout=10,
+        log_dictconfig={"loggers": {"_granian": {"propagate": True}}},
+    ).serve()
+
+
+def _server_app() -> Any:
+    """The WSGI app as granian's server process builds it: from serve's settings (the
+    process is forked), or from the environment if it was spawned."""
+    settings, console_settings = _serving or (Settings.from_env(), ConsoleSettings.from_env())
+    if _serving is None:
+        from shared.logs import configure_logging
+
+        configure_logging(settings)
+    return create_app(settings, console_settings)

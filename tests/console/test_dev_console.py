@@ -1,0 +1,30 @@
+"""`webhooks dev`'s console: a password generated once and kept in the data folder, and
+CONSOLE_PORT 8001 unless set, or a free port when 8001 is taken or is the web's."""
+
+from __future__ import annotations
+
+import socket
+import stat
+from pathlib import Path
+
+from webhooks import dev
+
+
+def test_the_password_is_generated_once_and_kept_private(tmp_path: Path) -> None:
+    first = dev.dev_console_password(tmp_path / "data")
+    assert len(first) >= 20
+    assert dev.dev_console_password(tmp_path / "data") == first
+    mode = (tmp_path / "data" / "console-password").stat().st_mode
+    assert stat.S_IMODE(mode) == 0o600
+
+
+def test_the_console_port_is_the_one_set_or_a_free_one() -> None:
+    assert dev._console_port({"CONSOLE_PORT": "9123"}, 8000) == "9123"
+    with socket.socket() as taken:
+        try:
+            taken.bind(("127.0.0.1", dev.CONSOLE_PORT))
+        except OSError:
+            pass  # something else holds 8001 already: the fallback is what is tested anyway
+        chosen = dev._console_port({}, 8000)
+    assert chosen != str(dev.CONSOLE_PORT)
+    assert dev._console_port({}, dev.CONSOLE_PORT) != str(dev.CONSOLE_PORT)

@@ -1,0 +1,479 @@
+"""The operator console through Flask's test client, on the real Postgres: credentials on
+every page, CSRF on every change, read-only mode, replay (failed jobs only), email retry
+(same key), the listing's filters and pages, escaping, and the blueprint under a prefix."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+import sqlalchemy as sa
+from dramatiq.brokers.stub import StubBroker
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy.engine import Engine
+
+from console import ConsoleSettings, create_blueprint
+from shared import wakeups
+from tests import factories
+from tests.console.helpers import (
+    PASSWORD,
+    basic,
+    done_event,
+    email,
+    email_row,
+    failed_event,
+    job,
+    token_in,
+)
+
+POST_FORM = re.compile(r'<form method="post"')
+
+
+@pytest.fixture()
+def broker() -> StubBroker:
+    stub = StubBroker()
+    for queue in (wakeups.JOBS_QUEUE, wakeups.OUTBOX_QUEUE):
+        stub.declare_queue(queue)
+    return stub
+
+
+def make_app(engine: Engine, broker: StubBroker | None, *, readonly: bool = False,
+             prefix: str | None = None) -> Flask:
+    app = Flask(__name__)
+    settings = ConsoleSettings(password=PASSWORD, readonly=readonly)
+    app.register_blueprint(create_blueprint(engine, settings, broker=broker), url_prefix=prefix)
+    return app
+
+
+@pytest.fixture()
+def client(clean_db: Engine, broker: StubBroker) -> Iterator[FlaskClient]:
+    with make_app(clean_db, broker).test_client() as test_client:
+        yield test_client
+
+
+def get(client: FlaskClient, path: str, **kwargs: Any) -> Any:
+    return client.get(path, headers=basic(), **kwargs)
+
+
+def post(client: FlaskClient, path: str, data: dict[str, Any]) -> Any:
+    return client.post(path, headers=basic(), data=data)
+
+
+def page_token(client: FlaskClient) -> str:
+    """The token of Replay all's confirmation form (there must be a failed job)."""
+    return token_in(get(client, "/events/replay").get_data(as_text=True))
+
+
+def jobs_woken(broker: StubBroker) -> int:
+    return len(broker.queues[wakeups.JOBS_QUEUE].queue)
+
+
+# --- credentials ------------------------------------------------------------------------
+
+PAGES = ["/", "/events", "/events?status=failed", "/emails", "/events/stripe/evt_1",
+         "/events/replay", "/console-static/console.css"]
+
+
+@pytest.mark.parametrize("path", PAGES)
+@pytest.mark.parametrize("credentials", [None, ("admin", "wrong"), ("root", PASSWORD),
+                                         ("admin", ""), ("admin", PASSWORD + "x")])
+def test_every_page_answers_401_with_a_basic_challenge_without_the_right_credentials(
+        client: FlaskClient, path: str, credentials: tuple[str, str] | None) -> None:
+    headers = basic(*credentials) if credentials else {}
+    response = client.get(path, headers=headers)
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"].startswith("Basic realm=")
+    assert "csrf_token" not in response.get_data(as_text=True)
+
+
+def test_every_page_answers_with_the_right_credentials(client: FlaskClient,
+                                                      clean_db: Engine) -> None:
+    failed_event(clean_db)
+    for path in PAGES:
+        response = get(client, path)
+        assert response.status_code == (404 if path == "/events/stripe/evt_1" else 200), path
+
+
+def test_a_post_without_credentials_changes_nothing(client: FlaskClient,
+                                                     clean_db: Engine) -> None:
+    job_id = failed_event(clean_db)
+    token = page_token(client)
+    response = client.post(f"/jobs/{job_id}/replay", data={"csrf_token": token})
+    assert response.status_code == 401
+    assert job(clean_db, job_id).status == "failed"
+
+
+# --- CSRF --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", [None, "", "garbage", "InRoZWlyIg.Z3xGkQ.forged"])
+def test_a_post_without_a_valid_csrf_token_changes_nothing(
+        client: FlaskClient, clean_db: Engine, broker: StubBroker, token: str | None) -> None:
+    job_id = failed_event(clean_db)
+    email_id = email(clean_db, "receipt:in_1", "failed")
+    data = {} if token is None else {"csrf_token": token}
+    for path in (f"/jobs/{job_id}/replay", "/events/replay", f"/emails/{email_id}/retry"):
+        response = post(client, path, data)
+        assert response.status_code in (400, 403), path
+    assert job(clean_db, job_id).status == "failed"
+    assert email_row(clean_db, email_id).status == "failed"
+    assert jobs_woken(broker) == 0
+
+
+def test_a_token_of_another_console_password_or_user_is_refused(
+        clean_db: Engine, broker: StubBroker) -> None:
+    job_id = failed_event(clean_db)
+    other = Flask(__name__)
+    other.register_blueprint(create_blueprint(
+        clean_db, ConsoleSettings(password="another password")))
+    with other.test_client() as other_client:
+        foreign = token_in(other_client.get(
+            "/events/replay", headers=basic(password="another password")).get_data(
+            as_text=True))
+    with make_app(clean_db, broker).test_client() as client:
+        assert post(client, f"/jobs/{job_id}/replay", {"csrf_token": foreign}).status_code \
+            == 403
+    assert job(clean_db, job_id).status == "failed"
+
+
+def test_two_console_processes_with_one_password_accept_each_others_tokens(
+        clean_db: Engine, broker: StubBroker) -> None:
+    job_id = failed_event(clean_db)
+    with make_app(clean_db, broker).test_client() as first:
+        token = page_token(first)
+    with make_app(clean_db, broker).test_client() as second:
+        assert post(second, f"/jobs/{job_id}/replay", {"csrf_token": token}).status_code == 303
+    assert job(clean_db, job_id).status == "pending"
+
+
+# --- replay ------------------------------------------------------------------------------
+
+
+def test_replay_moves_a_failed_job_to_pending_and_wakes_a_worker(
+        client: FlaskClient, clean_db: Engine, broker: StubBroker) -> None:
+    event = factories.stripe_event("invoice.paid", factories.invoice(), event_id="evt_fail")
+    job_id = failed_event(clean_db, event, error="KeyError: 'amount_paid'")
+    page = get(client, "/events/stripe/evt_fail").get_data(as_text=True)
+    assert "KeyError: &#39;amount_paid&#39;" in page
+    assert f'action="/jobs/{job_id}/replay"' in page
+    response = post(client, f"/jobs/{job_id}/replay", {"csrf_token": token_in(page)})
+    assert response.status_code == 303
+    assert response.headers["Location"].startswith("/events/stripe/evt_fail?")
+    row = job(clean_db, job_id)
+    assert (row.status, row.attempts) == ("pending", 0)
+    assert jobs_woken(broker) == 1
+    shown = client.get(response.headers["Location"], headers=basic()).get_data(as_text=True)
+    assert "Replayed 1 job(s)" in shown
+    assert f'action="/jobs/{job_id}/replay"' not in shown  # pending: no button
+
+
+def test_replay_refuses_a_done_job_and_changes_nothing(
+        client: FlaskClient, clean_db: Engine, broker: StubBroker) -> None:
+    job_id = done_event(clean_db)
+    assert "Replay" not in get(client, "/events").get_data(as_text=True)
+    failed_event(clean_db)  # for a page with a form, and its token
+    response = post(client, f"/jobs/{job_id}/replay", {"csrf_token": page_token(client)})
+    assert response.status_code == 409
+    assert "done" in response.get_data(as_text=True)
+    row = job(clean_db, job_id)
+    assert (row.status, row.attempts) == ("done", 1)
+    assert jobs_woken(broker) == 0
+
+
+def test_the_event_page_of_a_done_job_has_no_replay_button(client: FlaskClient,
+                                                           clean_db: Engine) -> None:
+    event = factories.stripe_event("invoice.paid", factories.invoice(), event_id="evt_done")
+    done_event(clean_db, event)
+    page = get(client, "/events/stripe/evt_done").get_data(as_text=True)
+    assert "/replay" not in page and "Replay" not in page
+
+
+def test_replay_all_says_how_many_then_moves_exactly_the_filtered_failed_jobs(
+        client: FlaskClient, clean_db: Engine, broker: StubBroker) -> None:
+    matching = [failed_event(clean_db, factories.stripe_event("invoice.paid",
+                                                              factories.invoice()))
+                for _ in range(3)]
+    other_type = [failed_event(clean_db, factories.stripe_event("charge.refunded", {}))
+                  for _ in range(2)]
+    other_provider = failed_event(clean_db, {"id": "gh_1", "type": "invoice.paid"},
+                                  provider="github")
+    done = done_event(clean_db)
+    listing = get(client, "/events?status=failed&type=invoice.paid&provider=stripe")
+    html = listing.get_data(as_text=True)
+    assert "3 event(s) match" in html
+    link = re.search(r'href="(/events/replay\?[^"]+)"', html)
+    assert link, "no Replay all link"
+    confirm = get(client, link.group(1).replace("&amp;", "&")).get_data(as_text=True)
+    assert '<strong id="replay-count">3</strong>' in confirm
+    assert all(job(clean_db, j).status == "failed" for j in matching)  # the count moved none
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', confirm))
+    response = post(client, "/events/replay", fields)
+    assert response.status_code == 303
+    assert "n=3" in response.headers["Location"]
+    assert [job(clean_db, j).status for j in matching] == ["pending"] * 3
+    assert [job(clean_db, j).status for j in other_type] == ["failed"] * 2
+    assert job(clean_db, other_provider).status == "failed"
+    assert job(clean_db, done).status == "done"
+    assert jobs_woken(broker) == 1  # one wake-up per claim's worth of jobs
+
+
+def test_replay_all_with_a_search_moves_only_the_events_found(
+        client: FlaskClient, clean_db: Engine) -> None:
+    found = failed_event(clean_db, factories.stripe_event(
+        "invoice.paid", factories.invoice(email="unique.person@example.org")))
+    others = [failed_event(clean_db) for _ in range(2)]
+    confirm = get(client, "/events/replay?search=unique.person@example.org").get_data(
+        as_text=True)
+    assert '<strong id="replay-count">1</strong>' in confirm
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', confirm))
+    assert fields["search"] == "unique.person@example.org"
+    assert post(client, "/events/replay", fields).status_code == 303
+    assert job(clean_db, found).status == "pending"
+    assert [job(clean_db, j).status for j in others] == ["failed", "failed"]
+
+
+def test_replay_all_with_nothing_failed_matching_moves_nothing(
+        client: FlaskClient, clean_db: Engine) -> None:
+    other = failed_event(clean_db)
+    confirm = get(client, "/events/replay?type=no.such.type").get_data(as_text=True)
+    assert '<strong id="replay-count">0</strong>' in confirm and "<form method=\"post\"" \
+        not in confirm
+    response = post(client, "/events/replay", {"type": "no.such.type",
+                                               "csrf_token": page_token(client)})
+    assert response.status_code == 303 and "n=0" in response.headers["Location"]
+    assert job(clean_db, other).status == "failed"  # an empty match is not "every job"
+
+
+# --- emails ------------------------------------------------------------------------------
+
+
+def test_retry_puts_a_failed_email_back_to_pending_with_the_same_key(
+        client: FlaskClient, clean_db: Engine, broker: StubBroker) -> None:
+    failed = email(clean_db, "receipt:in_42", "failed")
+    sent = email(clean_db, "receipt:in_43", "sent", message_id="pm-msg-0001")
+    page = get(client, "/emails?status=failed").get_data(as_text=True)
+    assert "receipt:in_42" in page and "receipt:in_43" not in page
+    assert f'action="/emails/{failed}/retry"' in page
+    assert post(client, f"/emails/{failed}/retry",
+                {"csrf_token": token_in(page)}).status_code == 303
+    assert tuple(email_row(clean_db, failed)) == ("pending", "receipt:in_42")
+    assert len(broker.queues[wakeups.OUTBOX_QUEUE].queue) == 1
+    everything = get(client, "/emails").get_data(as_text=True)
+    assert "pm-msg-0001" in everything and f'action="/emails/{sent}/retry"' not in everything
+    response = post(client, f"/emails/{sent}/retry", {"csrf_token": token_in(page)})
+    assert "notice=not_failed" in response.headers["Location"]
+    assert tuple(email_row(clean_db, sent)) == ("sent", "receipt:in_43")
+
+
+def test_the_event_page_shows_its_emails_with_status_and_postmark_message_id(
+        client: FlaskClient, clean_db: Engine) -> None:
+    event = factories.stripe_event("invoice.paid", factories.invoice(), event_id="evt_mail")
+    done_event(clean_db, event)
+    email(clean_db, "receipt:in_mail", "sent", event=("stripe", "evt_mail"),
+          message_id="b7bc2f4a-e38e-4336-af7d-e6c392c2f817")
+    failed = email(clean_db, "payment_failed:evt_mail", "failed", event=("stripe", "evt_mail"))
+    page = get(client, "/events/stripe/evt_mail").get_data(as_text=True)
+    assert "b7bc2f4a-e38e-4336-af7d-e6c392c2f817" in page and "receipt:in_mail" in page
+    response = post(client, f"/emails/{failed}/retry",
+                    {"csrf_token": token_in(page), "from": "event"})
+    assert response.headers["Location"].startswith("/events/stripe/evt_mail?")
+
+
+def test_bad_email_status_filter_is_a_400(client: FlaskClient) -> None:
+    assert get(client, "/emails?status=bogus").status_code == 400
+
+
+# --- read-only ---------------------------------------------------------------------------
+
+
+def test_read_only_shows_everything_renders_no_button_and_refuses_every_post(
+        clean_db: Engine, broker: StubBroker) -> None:
+    event = factories.stripe_event("invoice.paid", factories.invoice(), event_id="evt_ro")
+    job_id = failed_event(clean_db, event, error="RuntimeError: read me")
+    email_id = email(clean_db, "receipt:ro", "failed", event=("stripe", "evt_ro"))
+    with make_app(clean_db, broker).test_client() as writable:
+        token = page_token(writable)  # a valid token, from a console that may write
+    with make_app(clean_db, broker, readonly=True).test_client() as client:
+        for path in ("/", "/events?status=failed", "/events/stripe/evt_ro", "/emails",
+                     "/events/replay"):
+            html = get(client, path).get_data(as_text=True)
+            assert not POST_FORM.search(html) and "<button" not in html.replace(
+                '<button type="submit">Filter</button>', ""), path
+        assert "RuntimeError: read me" in get(client, "/events/stripe/evt_ro").get_data(
+            as_text=True)
+        for path in (f"/jobs/{job_id}/replay", "/events/replay", f"/emails/{email_id}/retry"):
+            assert post(client, path, {"csrf_token": token}).status_code == 403, path
+    assert job(clean_db, job_id).status == "failed"
+    assert email_row(clean_db, email_id).status == "failed"
+    assert jobs_woken(broker) == 0
+
+
+# --- listing: filters, pages, search ------------------------------------------------------
+
+
+def _ids_on(html: str) -> list[str]:
+    return [unquote(found) for found in re.findall(r'href="/events/stripe/([^"?]+)"', html)]
+
+
+def test_pages_of_50_newest_first_with_an_older_link_until_the_end(
+        client: FlaskClient, clean_db: Engine) -> None:
+    ids = []
+    for n in range(120):
+        event = factories.stripe_event("invoice.paid", factories.invoice(), event_id=f"evt_{n:03}")
+        factories.insert_event_and_job(clean_db, event)
+        ids.append(event["id"])
+    seen: list[str] = []
+    path: str | None = "/events"
+    pages = 0
+    while path:
+        html = get(client, path).get_data(as_text=True)
+        seen.extend(_ids_on(html))
+        older = re.search(r'<a rel="next" href="([^"]+)"', html)
+        path = older.group(1).replace("&amp;", "&") if older else None
+        pages += 1
+    assert pages == 3
+    assert seen == list(reversed(ids))
+
+
+def test_filters_by_provider_type_status_and_received_time(
+        client: FlaskClient, clean_db: Engine) -> None:
+    old = factories.stripe_event("invoice.paid", factories.invoice(), event_id="evt_old")
+    factories.insert_event_and_job(clean_db, old, status="done")
+    with clean_db.begin() as conn:
+        conn.execute(sa.text("UPDATE webhook_events SET received_at = now() - interval "
+                             "'3 days' WHERE event_id = 'evt_old'"))
+    failed_event(clean_db, factories.stripe_event("charge.refunded", {}, event_id="evt_ref"))
+    factories.insert_event_and_job(clean_db, {"id": "gh_9", "type": "push"}, "github")
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+
+    def shown(query: str) -> set[str]:
+        html = get(client, f"/events?{query}").get_data(as_text=True)
+        return set(re.findall(r'href="/events/(?:stripe|github)/([^"?]+)"', html))
+
+    assert shown("") == {"evt_old", "evt_ref", "gh_9"}
+    assert shown("provider=github") == {"gh_9"}
+    assert shown("type=charge.refunded") == {"evt_ref"}
+    assert shown("status=failed") == {"evt_ref"}
+    assert shown("status=done") == {"evt_old"}
+    assert shown(f"since={yesterday}") == {"evt_ref", "gh_9"}
+    assert shown(f"until={yesterday}") == {"evt_old"}
+    assert shown("search=evt_ref") == {"evt_ref"}
+
+
+def test_search_finds_an_event_by_a_word_of_its_payload(client: FlaskClient,
+                                                        clean_db: Engine) -> None:
+    factories.insert_event_and_job(clean_db, factories.stripe_event(
+        "invoice.paid", factories.invoice("in_ZX81abc", email="ada@analytical.example"),
+        event_id="evt_ada"))
+    factories.insert_event_and_job(clean_db, factories.stripe_event(
+        "invoice.paid", factories.invoice(), event_id="evt_other"))
+    for text in ("ada@analytical.example", "in_ZX81abc"):
+        html = get(client, "/events", query_string={"search": text}).get_data(as_text=True)
+        assert _ids_on(html) == ["evt_ada"], text
+
+
+@pytest.mark.parametrize("query", ["status=exploded", "since=yesterday", "until=2026-13-01",
+                                   "after=not-a-token"])
+def test_a_bad_filter_is_a_400_naming_it(client: FlaskClient, query: str) -> None:
+    response = get(client, f"/events?{query}")
+    assert response.status_code == 400
+    assert query.split("=")[0] in response.get_data(as_text=True)
+
+
+# --- escaping and odd event ids -----------------------------------------------------------
+
+ODD_IDS = ["evt/with/slashes", "a?b#c%20d&e=f", "../../etc/passwd", "/leading//double/",
+           "trailing/", "sp ace+plus", "ünïcødé/✓", "<b>bold</b>"]
+
+
+@pytest.mark.parametrize("event_id", ODD_IDS)
+def test_an_event_with_any_printable_id_is_linked_and_shown(
+        client: FlaskClient, clean_db: Engine, event_id: str) -> None:
+    failed_event(clean_db, factories.stripe_event("invoice.paid", factories.invoice(),
+                                                  event_id=event_id))
+    html = get(client, "/events").get_data(as_text=True)
+    link = re.search(r'href="(/events/stripe/[^"]+)"', html)
+    assert link
+    page = get(client, link.group(1).replace("&amp;", "&"))
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    assert 'id="last-error"' in text
+    escaped = event_id.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert escaped in text
+
+
+def test_everything_from_a_payload_is_escaped(client: FlaskClient, clean_db: Engine) -> None:
+    hostile = '<script>alert("x")</script>'
+    event = factories.stripe_event("<img src=x onerror=alert(1)>",
+                                   factories.invoice(email=hostile), event_id="<i>evt</i>")
+    failed_event(clean_db, event, error=f"ValueError: {hostile}")
+    email(clean_db, hostile, "failed", event=("stripe", "<i>evt</i>"))
+    for path in ("/", "/events", "/events?status=failed", "/emails"):
+        html = get(client, path).get_data(as_text=True)
+        assert "<script" not in html and "<img" not in html and "<i>evt" not in html, path
+    link = re.search(r'href="(/events/stripe/[^"]+)"', get(client, "/events").get_data(
+        as_text=True))
+    assert link
+    html = get(client, link.group(1)).get_data(as_text=True)
+    assert "<script" not in html and "<img" not in html
+    assert "&lt;script&gt;" in html
+
+
+# --- the page itself ------------------------------------------------------------------------
+
+
+def test_pages_load_nothing_from_another_host_and_forbid_it(client: FlaskClient,
+                                                            clean_db: Engine) -> None:
+    failed_event(clean_db, factories.stripe_event("invoice.paid", factories.invoice(),
+                                                  event_id="evt_h"))
+    for path in ("/", "/events", "/events/stripe/evt_h", "/emails"):
+        response = get(client, path)
+        html = response.get_data(as_text=True)
+        assert not re.search(r'(src|href)="(https?:)?//', html), path
+        assert "<script" not in html
+        assert "default-src 'none'" in response.headers["Content-Security-Policy"]
+        assert response.headers["Cache-Control"] == "no-store"
+
+
+def test_the_overview_counts_per_provider_and_charts_24_hours(client: FlaskClient,
+                                                              clean_db: Engine) -> None:
+    failed_event(clean_db)
+    done_event(clean_db)
+    factories.insert_event_and_job(clean_db, {"id": "gh_1", "type": "push"}, "github")
+    html = get(client, "/").get_data(as_text=True)
+    rows = re.findall(r"<tr>\s*<td><a [^>]*>(\w+)</a></td>(.*?)</tr>", html, re.S)
+    cells = {name: re.findall(r'<td[^>]*>(?:<a [^>]*>)?([^<]*)', rest) for name, rest in rows}
+    assert cells["stripe"][:5] == ["2", "0", "0", "1", "1"]
+    assert cells["stripe"][5] == "no"  # paused
+    assert cells["github"][:5] == ["1", "0", "1", "0", "0"]
+    assert html.count('<rect class="bar"') == 24
+    assert "3 in all" in html
+
+
+def test_mounted_under_a_prefix_every_link_and_form_stays_under_it(
+        clean_db: Engine, broker: StubBroker) -> None:
+    event = factories.stripe_event("invoice.paid", factories.invoice(), event_id="evt/pre")
+    job_id = failed_event(clean_db, event)
+    app = make_app(clean_db, broker, prefix="/ops")
+
+    @app.get("/")
+    def home() -> str:  # the host app's own page, untouched by the console's auth
+        return "host app"
+
+    with app.test_client() as client:
+        assert client.get("/").get_data(as_text=True) == "host app"
+        assert client.get("/ops/").status_code == 401
+        html = get(client, "/ops/events").get_data(as_text=True)
+        paths = re.findall(r'(?:href|action)="([^"]+)"', html)
+        assert paths and all(path.startswith("/ops/") for path in paths), paths
+        assert get(client, "/ops/console-static/console.css").status_code == 200
+        page = get(client, "/ops/events/stripe/evt%2Fpre").get_data(as_text=True)
+        assert f'action="/ops/jobs/{job_id}/replay"' in page
+        response = post(client, f"/ops/jobs/{job_id}/replay", {"csrf_token": token_in(page)})
+        assert response.headers["Location"].startswith("/ops/events/stripe/evt%2Fpre")
+    assert job(clean_db, job_id).status == "pending"

@@ -1,0 +1,121 @@
+"""What `webhooks events` and `webhooks show` print: the events table cut to the terminal's
+width, an event's detail as text, and both as JSON (datetimes in ISO 8601)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from shared.events import EventDetail, EventRow
+
+EVENT_COLUMNS = ("status", "attempts", "age", "provider", "type", "event id", "last error")
+NO_JOB = "-"  # an event whose job is gone
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, default=_plain, ensure_ascii=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def event_line(row: EventRow) -> str:
+    """One event as one JSON object (`events --json`)."""
+    return to_json(asdict(row))
+
+
+MIN_ERROR = 20  # characters of the last error shown however narrow the terminal
+
+
+def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
+    """Columns padded to their widest cell, never cut; the last error takes what is left
+    of `width` (at least MIN_ERROR characters), on one line, cut with an ellipsis."""
+    cells = [[row.status or NO_JOB, str(row.attempts), age(now - row.received_at),
+              row.provider, row.event_type, row.event_id, one_line(row.last_error)]
+             for row in rows]
+    table = [list(EVENT_COLUMNS), *cells]
+    widths = [max(len(line[i]) for line in table) for i in range(len(EVENT_COLUMNS) - 1)]
+    lines = []
+    for line in table:
+        head = "  ".join(cell.rjust(w) if i == 1 else cell.ljust(w)
+                         for i, (cell, w) in enumerate(zip(line, widths, strict=False)))
+        room = max(width - len(head) - 2, MIN_ERROR)
+        lines.append(f"{head}  {cut(line[-1], room)}".rstrip())
+    return "\n".join(lines)
+
+
+def age(elapsed: timedelta) -> str:
+    """45s, 12m, 5h, 3d: the largest whole unit."""
+    seconds = max(0, int(elapsed.total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def one_line(text: str | None) -> str:
+    return " ".join(text.split()) if text else ""
+
+
+def cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+
+
+def detail_json(detail: EventDetail) -> str:
+    return to_json(asdict(detail))
+
+
+def detail_text(detail: EventDetail) -> str:
+    """An event for a terminal: what it is, its job, its effects, then its payload."""
+    event, job = detail.event, detail.job
+    lines = [f"event         {event['provider']} {event['event_id']} ({event['event_type']})",
+             f"received      {_time(event['received_at'])}; duplicates: {detail.duplicates}"]
+    lines += _job_lines(job)
+    lines.append("ledger        " + ("none" if not detail.ledger_entries else ""))
+    for entry in detail.ledger_entries:
+        lines.append(f"  {entry['amount']:+d} {entry['currency']} {entry['customer_id']}  "
+                     f"{entry['kind']} {entry['reference']}  ({entry['entry_key']})")
+    lines.append("subscription  " + _subscription(detail.subscription))
+    lines.append("emails        " + ("none" if not detail.emails else ""))
+    for email in detail.emails:
+        postmark = f"Postmark {email['message_id']}" if email["message_id"] else "not sent"
+        error = f"; last error: {one_line(email['last_error'])}" if email["last_error"] else ""
+        lines.append(f"  {email['kind']} to {email['to_address']}: {email['status']}, "
+                     f"{email['attempts']} attempt(s), {postmark}  "
+                     f"({email['idempotency_key']}){error}")
+    lines += ["payload", json.dumps(event["payload"], indent=2, ensure_ascii=False,
+                                    default=_plain)]
+    return "\n".join(lines)
+
+
+def _job_lines(job: dict[str, Any] | None) -> list[str]:
+    if job is None:
+        return ["job           none (pruned)"]
+    lines = [f"job           #{job['id']} {job['status']}, {job['attempts']} attempt(s)"
+             + (f"; outcome: {job['outcome']}" if job["outcome"] else ""),
+             f"  created {_time(job['created_at'])}; run at {_time(job['run_at'])}; "
+             f"finished {_time(job['finished_at'])}"]
+    if job["last_error"]:
+        lines.append(f"  last error: {job['last_error']}")
+    return lines
+
+
+def _subscription(subscription: dict[str, Any] | None) -> str:
+    if subscription is None:
+        return "none"
+    return (f"{subscription['subscription_id']} of {subscription['customer_id']}: "
+            f"{subscription['status']} (last event {subscription['last_event_id']}, "
+            f"updated {_time(subscription['updated_at'])})")
+
+
+def _time(value: datetime | None) -> str:
+    return value.isoformat(sep=" ", timespec="seconds") if value else "-"
