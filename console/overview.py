@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC
 
 from flask import Blueprint, render_template
-from sqlalchemy.engine import Connection
 
 from console import chart
 from console.state import reading
@@ -22,14 +21,7 @@ def register(blueprint: Blueprint) -> None:
 def show() -> str:
     with reading() as conn:
         providers = events.overview(conn)
-        paused = paused_providers(conn)
         hours = events.events_per_hour(conn, CHART_HOURS)
     hours = [(hour.astimezone(UTC), count) for hour, count in hours]
-    return render_template("console/overview.html", providers=providers, paused=paused,
+    return render_template("console/overview.html", providers=providers,
                            chart=chart.layout(hours), hours=CHART_HOURS)
-
-
-def paused_providers(conn: Connection) -> set[str]:
-    """The providers whose jobs are paused. Pausing (`webhooks pause`) is not built yet:
-    none is. When the core records it, read it here; the page already has the column."""
-    return set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
-from shared import metrics, queries
+from shared import metrics, providers, queries
 
 blueprint = Blueprint("health", __name__)
 
@@ -40,10 +40,13 @@ def _refresh_queue_depth() -> None:
             jobs = conn.execute(queries.JobCountDue).scalar_one()
             emails = conn.execute(queries.OutboxCountDue).scalar_one()
             reconciliation = conn.execute(queries.ReconcileState).all()
+            paused = set(conn.execute(queries.ProvidersPaused).scalars())
     except sa.exc.SQLAlchemyError:
         return
     metrics.queue_depth.labels("jobs").set(jobs)
     metrics.queue_depth.labels("outbox").set(emails)
+    for provider in providers.PROVIDERS:
+        metrics.provider_paused.labels(provider).set(1 if provider in paused else 0)
     for row in reconciliation:
         metrics.reconcile_runs.labels(row.provider).set(row.runs)
         metrics.reconcile_failures.labels(row.provider).set(row.failures)

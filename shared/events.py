@@ -24,6 +24,7 @@ from shared.models import (
     jobs,
     ledger_entries,
     outbox,
+    paused_providers,
     subscriptions,
     webhook_duplicates,
     webhook_events,
@@ -79,6 +80,7 @@ class EventRow:
     status: str | None  # None: the job was pruned (never: retention deletes both)
     attempts: int
     last_error: str | None
+    paused: bool = False  # its provider is paused (`webhooks pause`): a pending job waits
 
 
 @dataclass(frozen=True)
@@ -88,12 +90,14 @@ class Page:
 
 
 def _listing() -> sa.Select[Any]:
-    e, j = webhook_events.c, jobs.c
+    e, j, p = webhook_events.c, jobs.c, paused_providers.c
     return sa.select(
         e.id, e.provider, e.event_id, e.event_type, e.received_at, j.id.label("job_id"),
         j.status, sa.func.coalesce(j.attempts, 0).label("attempts"), j.last_error,
+        p.provider.is_not(None).label("paused"),
     ).select_from(webhook_events.outerjoin(
-        jobs, sa.and_(j.provider == e.provider, j.event_id == e.event_id)))
+        jobs, sa.and_(j.provider == e.provider, j.event_id == e.event_id),
+    ).outerjoin(paused_providers, p.provider == e.provider))
 
 
 def _where(query: sa.Select[Any], spec: EventFilter) -> sa.Select[Any]:
@@ -211,11 +215,13 @@ class ProviderCounts:
     pending: int
     done: int
     failed: int
-    oldest_due_seconds: float | None  # age of the oldest due pending job
+    oldest_due_seconds: float | None  # age of the oldest due pending job (paused or not)
+    paused: bool = False
 
 
 def overview(conn: Connection) -> list[ProviderCounts]:
-    """Per provider: events received, duplicates, jobs by status, oldest due job's age."""
+    """Per provider: events received, duplicates, jobs by status, oldest due job's age,
+    paused or not (a paused provider is listed even before its first event)."""
     e, j, d = webhook_events.c, jobs.c, webhook_duplicates.c
     received: dict[str, int] = dict(conn.execute(
         sa.select(e.provider, sa.func.count()).group_by(e.provider)).all())
@@ -229,13 +235,15 @@ def overview(conn: Connection) -> list[ProviderCounts]:
         sa.select(j.provider, sa.func.extract("epoch", sa.func.now() - sa.func.min(j.run_at)))
         .where(j.status == str(JobStatus.PENDING), j.run_at <= sa.func.now())
         .group_by(j.provider)).all())
-    providers = sorted(set(received) | set(duplicates) | {p for p, _ in by_status})
+    paused = set(conn.execute(sa.select(paused_providers.c.provider)).scalars())
+    providers = sorted(set(received) | set(duplicates) | {p for p, _ in by_status} | paused)
     return [ProviderCounts(
         provider=p, received=received.get(p, 0), duplicates=duplicates.get(p, 0),
         pending=by_status.get((p, JobStatus.PENDING), 0),
         done=by_status.get((p, JobStatus.DONE), 0),
         failed=by_status.get((p, JobStatus.FAILED), 0),
         oldest_due_seconds=float(oldest[p]) if p in oldest else None,
+        paused=p in paused,
     ) for p in providers]
 
 

@@ -31,6 +31,13 @@ deliveries_rejected = Counter(
     "webhooks_deliveries_rejected_total", "Deliveries answered 4xx or 503, by reason.",
     ["provider", "reason"],
 )
+# Secret rotation: which configured secret verified each delivery, by its 1-based position
+# in the comma-separated variable (never the secret). The old secret is safe to remove once
+# its position stops counting for longer than the provider's retry window.
+signature_verified = Counter(
+    "webhooks_signature_verified_total", "Deliveries whose signature verified, by the "
+    "position of the secret that verified it.", ["provider", "secret"],
+)
 ack_latency = Histogram(
     "webhooks_ack_latency_seconds", "Time from request start to acknowledgement.",
     ["provider"],
@@ -51,6 +58,10 @@ outbox_failed = Counter("webhooks_outbox_failed_total", "Emails failed for good.
 queue_depth = Gauge(
     "webhooks_queue_depth", "Due pending rows, read from the tables at scrape time.", ["table"],
     multiprocess_mode="mostrecent",
+)
+provider_paused = Gauge(
+    "webhooks_provider_paused", "1 while the provider is paused (`webhooks pause`): its "
+    "deliveries are recorded, its jobs wait.", ["provider"], multiprocess_mode="mostrecent",
 )
 # Reconciliation, read from the database at scrape time (the clock runs it; the web shows).
 reconcile_runs = Gauge(

@@ -264,3 +264,13 @@ reconcile_runs = Table(
     Column("failures", BigInteger, nullable=False, server_default="0"),
     PrimaryKeyConstraint("provider"),
 )
+
+# Providers whose jobs no worker claims (`webhooks pause`): their deliveries are still
+# acknowledged and recorded; `webhooks resume` deletes the row and the jobs run.
+paused_providers = Table(
+    "paused_providers",
+    metadata,
+    Column("provider", Text, nullable=False),
+    Column("paused_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("provider"),
+)

@@ -60,6 +60,12 @@ class ClaimedJob(NamedTuple):
     received_at: datetime
 
 
+# Due: pending, its time come, and its provider not paused (`webhooks pause`). The claims
+# and the counts that wake workers use this one condition, so a paused provider's jobs are
+# neither claimed nor woken for.
+DUE = f"""status = '{PENDING}' AND run_at <= now()
+        AND NOT EXISTS (SELECT 1 FROM paused_providers p WHERE p.provider = jobs.provider)"""
+
 # SKIP LOCKED: a job locked by another worker's open transaction is skipped, never waited
 # for; the lock is held until this transaction commits the job's effects and its `done`.
 JobClaimDue = text(f"""
@@ -67,7 +73,7 @@ JobClaimDue = text(f"""
     FROM jobs j JOIN webhook_events e USING (provider, event_id)
     WHERE j.id IN (
         SELECT id FROM jobs
-        WHERE status = '{PENDING}' AND run_at <= now()
+        WHERE {DUE}
         ORDER BY run_at, id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -90,7 +96,7 @@ JobClaimById = text(f"""
     FROM jobs j JOIN webhook_events e USING (provider, event_id)
     WHERE j.id = (
         SELECT id FROM jobs
-        WHERE id = :id AND status = '{PENDING}' AND run_at <= now()
+        WHERE id = :id AND {DUE}
         FOR UPDATE SKIP LOCKED
     )
 """)
@@ -122,7 +128,27 @@ JobMarkFailed = text(f"""
 """)
 
 JobCountDue = text(f"""
-    SELECT count(*) FROM jobs WHERE status = '{PENDING}' AND run_at <= now()
+    SELECT count(*) FROM jobs WHERE {DUE}
+""")
+
+# --- pause and resume -----------------------------------------------------------------
+
+# Idempotent: pausing a paused provider keeps its first paused_at. RETURNING: newly paused.
+ProviderPause = text("""
+    INSERT INTO paused_providers (provider) VALUES (:provider)
+    ON CONFLICT (provider) DO NOTHING
+    RETURNING paused_at
+""")
+
+ProviderResume = text("""
+    DELETE FROM paused_providers WHERE provider = :provider RETURNING paused_at
+""")
+
+ProvidersPaused = text("SELECT provider, paused_at FROM paused_providers ORDER BY provider")
+
+# A resumed provider's due jobs, oldest first: the wake-ups to send after a resume.
+JobCountDueOf = text(f"""
+    SELECT count(*) FROM jobs WHERE provider = :provider AND {DUE}
 """)
 
 # Replay, step 1: the named jobs and their statuses, locked, so the refusal of a done job

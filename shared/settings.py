@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -16,6 +17,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigError, MissingVariable
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 PROVIDER_SECRET_VARIABLES: dict[str, str] = {
     "stripe": "STRIPE_WEBHOOK_SECRET",
@@ -60,6 +63,10 @@ class Settings:
     github_api_base: str = "https://api.github.com"
     github_hooks: tuple[str, ...] = ()
     reconcile_interval_seconds: float = 3600.0  # 0: the clock does not reconcile
+    # Ingress: the networks each provider's deliveries may come from (absent: any), and how
+    # many reverse proxies in front of `web` append to X-Forwarded-For.
+    allowed_networks: Mapping[str, tuple[IPNetwork, ...]] = field(default_factory=dict)
+    trusted_proxies: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -90,10 +97,16 @@ class Settings:
             github_api_base=_http_url(env, "GITHUB_API_BASE", "https://api.github.com"),
             github_hooks=_github_hooks(env),
             reconcile_interval_seconds=_number(env, "RECONCILE_INTERVAL_SECONDS", 3600.0),
+            allowed_networks=_allowed_networks(env),
+            trusted_proxies=_integer(env, "TRUSTED_PROXIES", 0, minimum=0, maximum=32),
         )
 
     def secrets_for(self, provider: str) -> tuple[str, ...]:
         return self.secrets.get(provider, ())
+
+    def networks_for(self, provider: str) -> tuple[IPNetwork, ...] | None:
+        """The networks the provider's deliveries may come from; None: any address."""
+        return self.allowed_networks.get(provider)
 
     def require_servers(self, *, broker: bool = True) -> None:
         """MissingVariable unless DATABASE_URL (and BROKER_URL) are set. A deploy that
@@ -119,6 +132,25 @@ def _github_hooks(env: Mapping[str, str]) -> tuple[str, ...]:
             raise ConfigError("GITHUB_HOOKS", f"{hook!r} is not repos/OWNER/REPO/hooks/ID "
                                               "or orgs/ORG/hooks/ID")
     return hooks
+
+
+def _allowed_networks(env: Mapping[str, str]) -> dict[str, tuple[IPNetwork, ...]]:
+    """<PROVIDER>_ALLOWED_IPS: IPv4 and IPv6 addresses and CIDR ranges, comma-separated."""
+    found = {}
+    for provider in PROVIDER_SECRET_VARIABLES:
+        variable = f"{provider.upper()}_ALLOWED_IPS"
+        entries = _names(env.get(variable, ""))
+        if not entries:
+            continue
+        networks = []
+        for entry in entries:
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                raise ConfigError(variable, f"{entry!r} is not an IP address or CIDR range"
+                                  ) from None
+        found[provider] = tuple(networks)
+    return found
 
 
 def _names(raw: str) -> tuple[str, ...]:

@@ -309,6 +309,15 @@ def stats(days: int) -> None:
 
     table = _database(lambda: daily_stats.daily(_engine(settings), days))
     click.echo(daily_stats.render(table))
+    from shared import pausing
+
+    def read_paused() -> dict[str, datetime]:
+        with _engine(settings).connect() as conn:
+            return pausing.paused(conn)
+
+    for provider, since in _database(read_paused).items():
+        click.echo(f"paused: {provider} since {since:%Y-%m-%d %H:%M:%S %Z} "
+                   f"(`webhooks resume {provider}`)")
 
 
 class Moment(click.ParamType):
@@ -462,3 +471,36 @@ def reconcile(provider: str, since: datetime | None, dry_run: bool) -> None:
         click.echo(f"would record {listing.event_id} {listing.event_type or ''} "
                    f"{listing.created.isoformat()}".rstrip())
     click.echo(result.summary())
+
+
+# --- pause and resume -----------------------------------------------------------------
+
+
+@main.command()
+@click.argument("provider", type=click.Choice(sorted(PROVIDER_SECRET_VARIABLES)))
+def pause(provider: str) -> None:
+    """Keep acknowledging and recording PROVIDER's deliveries, but run none of its jobs
+    until `webhooks resume PROVIDER` (every worker stops within a second)."""
+    settings = local_settings()
+    from shared import pausing
+
+    newly = _database(lambda: pausing.pause(_engine(settings), provider))
+    click.echo(f"{provider} {'paused' if newly else 'was already paused'}: its deliveries "
+               f"are recorded, its jobs wait for `webhooks resume {provider}`")
+
+
+@main.command()
+@click.argument("provider", type=click.Choice(sorted(PROVIDER_SECRET_VARIABLES)))
+def resume(provider: str) -> None:
+    """Run PROVIDER's jobs again, oldest first."""
+    settings = local_settings()
+    from shared import pausing, wakeups
+
+    due = _database(lambda: pausing.resume(_engine(settings), provider))
+    if due is None:
+        click.echo(f"{provider} was not paused")
+        return
+    if due:
+        # One wake-up per claim's worth of due jobs, as the sweeper sends.
+        _wake(settings, [0] * -(-due // wakeups.JOBS_PER_MESSAGE))
+    click.echo(f"{provider} resumed: {due} due job(s) run, oldest first")

@@ -39,7 +39,7 @@ MIN_ERROR = 20  # characters of the last error shown however narrow the terminal
 def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
     """Columns padded to their widest cell, never cut; the last error takes what is left
     of `width` (at least MIN_ERROR characters), on one line, cut with an ellipsis."""
-    cells = [[row.status or NO_JOB, str(row.attempts), age(now - row.received_at),
+    cells = [[status(row), str(row.attempts), age(now - row.received_at),
               row.provider, row.event_type, row.event_id, one_line(row.last_error)]
              for row in rows]
     table = [list(EVENT_COLUMNS), *cells]
@@ -51,6 +51,13 @@ def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
         room = max(width - len(head) - 2, MIN_ERROR)
         lines.append(f"{head}  {cut(line[-1], room)}".rstrip())
     return "\n".join(lines)
+
+
+def status(row: EventRow) -> str:
+    """The job's status; a pending job of a paused provider says so."""
+    if row.status is None:
+        return NO_JOB
+    return f"{row.status} (paused)" if row.paused and row.status == "pending" else row.status
 
 
 def age(elapsed: timedelta) -> str:
