@@ -62,7 +62,7 @@ class ClaimedJob(NamedTuple):
 
 # Due: pending, its time come, and its provider not paused (`webhooks pause`). The claims
 # and the counts that wake workers use this one condition, so a paused provider's jobs are
-# neither claimed nor woken for.
+# neither claimed nor woken for (the claim's cost: benchmarks/claim.py).
 DUE = f"""status = '{PENDING}' AND run_at <= now()
         AND NOT EXISTS (SELECT 1 FROM paused_providers p WHERE p.provider = jobs.provider)"""
 
