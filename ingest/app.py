@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
+from werkzeug.middleware.proxy_fix import ProxyFix
 
-from ingest import health, webhooks
+from ingest import allowlist, health, webhooks
 from ingest.waker import Waker
 from shared import db
 from shared.settings import Settings
@@ -23,6 +24,15 @@ def create_app(settings: Settings | None = None, *, threads: int = DEFAULT_THREA
     app.extensions["settings"] = settings
     app.extensions["engine"] = db.create_engine(settings, pool_size=threads, autocommit=True)
     app.extensions["waker"] = Waker(settings)
+    app.extensions["allowlists"] = allowlist.for_providers(settings)
+    if settings.trusted_proxies:
+        # REMOTE_ADDR becomes the X-Forwarded-For entry the Nth proxy from us appended,
+        # counted from the right; what lies left of it came from the client and may be
+        # forged. With fewer entries than N, the socket's peer stays. Nothing else (scheme,
+        # host) is taken from the proxies' headers: nothing here needs it.
+        app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
+            app.wsgi_app, x_for=settings.trusted_proxies, x_proto=0, x_host=0, x_port=0,
+            x_prefix=0)
     app.register_blueprint(webhooks.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_error_handler(HTTPException, _http_error)

@@ -1,7 +1,10 @@
 """POST /webhooks/<provider>: verify, record in one transaction, acknowledge, wake a worker.
 
-Order matters: size limit (from Content-Length, before reading), signature (before any
-database access), the one transaction, and only after COMMIT the 200 and the wake-up.
+Order matters: the source address (before anything else: a sender outside the provider's
+allowlist learns nothing, not even whether the provider is configured, and sends no body we
+read), provider configured (404), size limit (from Content-Length, before reading),
+signature (before any database access), the one transaction, and only after COMMIT the 200
+and the wake-up.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from ingest.allowlist import Allowlist
 from shared import metrics, providers
 from shared.errors import (
     DatabaseUnavailable,
@@ -35,16 +39,19 @@ def receive(provider: str) -> tuple[Response, int] | Response:
     started = time.perf_counter()
     label = provider if provider in providers.PROVIDERS else "unknown"
     try:
+        _check_source(provider)
         delivery = _verified_delivery(provider)
+        _count_secret(provider, delivery)
         if delivery.reply is not None:
             return jsonify(delivery.reply)
         recorded = record_event(current_app.extensions["engine"], provider,
                                 delivery.event_id, delivery.event_type, request_body())
     except RejectedDelivery as error:
         metrics.deliveries_rejected.labels(label, error.reason).inc()
-        log.info("delivery rejected", extra={"provider": label, "reason": str(error)})
+        log.info("delivery rejected", extra={"provider": label, "reason": str(error),
+                                             "address": request.remote_addr})
         response = jsonify({"error": str(error)})
-        if error.status == 413:
+        if error.status in (403, 413):  # the body was left unread
             close_connection(response)
         return response, error.status
     except DatabaseUnavailable as error:
@@ -59,6 +66,23 @@ def receive(provider: str) -> tuple[Response, int] | Response:
     return jsonify(
         {"event_id": delivery.event_id, "duplicate": recorded.duplicate, "status": recorded.status}
     )
+
+
+def _check_source(provider: str) -> None:
+    """SourceNotAllowed when the provider has an allowlist and the client is outside it.
+    REMOTE_ADDR is the client as ProxyFix (app.py) found it behind TRUSTED_PROXIES."""
+    allowlist: Allowlist | None = current_app.extensions["allowlists"].get(provider)
+    if allowlist is not None:
+        allowlist.check(request.remote_addr, provider)
+
+
+def _count_secret(provider: str, delivery: Delivery) -> None:
+    """Which secret verified it, by 1-based position (never the secret): during a rotation,
+    the old one's count falling to zero says it can be removed."""
+    position = str(delivery.secret_index + 1)
+    metrics.signature_verified.labels(provider, position).inc()
+    log.debug("signature verified", extra={"provider": provider, "secret_position": position,
+                                           "event_id": delivery.event_id})
 
 
 def _verified_delivery(provider: str) -> Delivery:

@@ -56,6 +56,13 @@ class ProviderNotConfigured(RejectedDelivery):
     reason = "not_configured"
 
 
+class SourceNotAllowed(RejectedDelivery):
+    """The request came from outside the provider's <PROVIDER>_ALLOWED_IPS."""
+
+    status = 403
+    reason = "source_ip"
+
+
 class DatabaseUnavailable(WebhooksError):
     """Postgres did not answer; the ingest turns this into a 503."""
 

@@ -11,7 +11,7 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,6 +33,9 @@ class Delivery:
     payload: dict[str, Any]
     # A reply to answer at once without recording anything (Slack's url_verification).
     reply: dict[str, Any] | None = None
+    # Which configured secret verified it: its 0-based index in the comma-separated
+    # variable, so that a rotation can be watched until the old secret is no longer used.
+    secret_index: int = 0
 
 
 def parse_object(body: bytes) -> dict[str, Any]:
@@ -98,24 +101,31 @@ class HmacScheme:
     def sign(self, secret: str, message: bytes) -> str:
         return self.prefix + self.encode(hmac_sha256(secret, message))
 
-    def verify(self, secrets: tuple[str, ...], message: bytes, given: list[str]) -> None:
-        """InvalidSignature unless one of `given` is the signature under one of secrets
-        (constant-time comparisons of each against each)."""
-        if not matches_any([self.sign(secret, message) for secret in secrets], given):
+    def verify(self, secrets: tuple[str, ...], message: bytes, given: list[str]) -> int:
+        """The index of the first of secrets under which one of `given` is the signature,
+        or InvalidSignature (constant-time comparisons of each against each)."""
+        index = first_match([self.sign(secret, message) for secret in secrets], given)
+        if index is None:
             raise InvalidSignature(f"{self.header} matches no configured secret")
+        return index
 
 
-def matches_any(expected: list[bytes | str], given: list[str]) -> bool:
-    """Constant-time comparison of every expected signature against every given one."""
-    found = False
-    for want in expected:
+def first_match(expected: Sequence[bytes | str | None], given: list[str]) -> int | None:
+    """The index of the first expected signature equal to one of given, or None; None
+    entries (a secret that cannot sign) match nothing. Every pair is compared, in constant
+    time, whatever matched: the time taken tells nothing about which one did."""
+    found: int | None = None
+    for index, want in enumerate(expected):
+        if want is None:
+            continue
         want_bytes = want.encode() if isinstance(want, str) else want
         for candidate in given:
             try:
                 candidate_bytes = candidate.encode("ascii")
             except UnicodeEncodeError:
                 continue
-            found |= hmac.compare_digest(want_bytes, candidate_bytes)
+            if hmac.compare_digest(want_bytes, candidate_bytes) and found is None:
+                found = index
     return found
 
 

@@ -27,12 +27,13 @@ SIGNATURE = HmacScheme("X-Hub-Signature-256", hex_digest, prefix="sha256=")
 def verify(
     body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
 ) -> Delivery:
-    SIGNATURE.verify(secrets, body, [header(headers, SIGNATURE.header).strip()])
+    index = SIGNATURE.verify(secrets, body, [header(headers, SIGNATURE.header).strip()])
     payload = parse_object(body)
     return Delivery(
         event_id=require_id(headers.get("X-GitHub-Delivery"), "X-GitHub-Delivery"),
         event_type=optional_type(headers.get("X-GitHub-Event")),
         payload=payload,
+        secret_index=index,
     )
 
 

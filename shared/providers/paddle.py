@@ -28,12 +28,13 @@ def verify(
 ) -> Delivery:
     timestamp, signatures = _parse(header(headers, SIGNATURE.header))
     check_timestamp(timestamp, tolerance, now)
-    SIGNATURE.verify(secrets, timestamp.encode() + b":" + body, signatures)
+    index = SIGNATURE.verify(secrets, timestamp.encode() + b":" + body, signatures)
     payload = parse_object(body)
     return Delivery(
         event_id=require_id(payload.get("event_id"), "event id"),
         event_type=optional_type(payload.get("event_type")),
         payload=payload,
+        secret_index=index,
     )
 
 

@@ -34,13 +34,14 @@ def verify(
 ) -> Delivery:
     prefix = "X-" if headers.get(SIGNATURE.header) else ""
     signature = header(headers, f"{prefix}Shopify-Hmac-Sha256").strip()
-    SIGNATURE.verify(secrets, body, [signature])
+    index = SIGNATURE.verify(secrets, body, [signature])
     payload = parse_object(body)
     webhook_id = f"{prefix}Shopify-Webhook-Id"
     return Delivery(
         event_id=require_id(headers.get(webhook_id), webhook_id),
         event_type=optional_type(headers.get(f"{prefix}Shopify-Topic")),
         payload=payload,
+        secret_index=index,
     )
 
 

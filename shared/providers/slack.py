@@ -36,15 +36,16 @@ def verify(
     if not (timestamp.isascii() and timestamp.isdigit()):
         raise InvalidSignature("X-Slack-Request-Timestamp is not a number")
     check_timestamp(timestamp, tolerance, now)
-    SIGNATURE.verify(secrets, _message(timestamp, body), [signature])
+    index = SIGNATURE.verify(secrets, _message(timestamp, body), [signature])
     payload = parse_object(body)
     if payload.get("type") == "url_verification":
-        return _challenge(payload)
+        return _challenge(payload, index)
     event = payload.get("event")
     return Delivery(
         event_id=require_id(payload.get("event_id"), "event id"),
         event_type=optional_type(event.get("type") if isinstance(event, dict) else None),
         payload=payload,
+        secret_index=index,
     )
 
 
@@ -60,10 +61,9 @@ def _message(timestamp: str, body: bytes) -> bytes:
     return b"v0:" + timestamp.encode() + b":" + body
 
 
-def _challenge(payload: dict[str, Any]) -> Delivery:
+def _challenge(payload: dict[str, Any], index: int) -> Delivery:
     challenge = payload.get("challenge")
     if not isinstance(challenge, str) or not challenge:
         raise InvalidPayload("url_verification without a challenge")
-    return Delivery(
-        event_id="", event_type="url_verification", payload=payload, reply={"challenge": challenge}
-    )
+    return Delivery(event_id="", event_type="url_verification", payload=payload,
+                    reply={"challenge": challenge}, secret_index=index)

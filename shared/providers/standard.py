@@ -28,8 +28,8 @@ from shared.providers.base import (
     Delivery,
     Headers,
     check_timestamp,
+    first_match,
     header,
-    matches_any,
     optional_type,
     parse_object,
     require_id,
@@ -54,13 +54,15 @@ def verify(
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidSignature("body is not UTF-8") from None
-    if not matches_any(_expected(message_id, int(timestamp), text, secrets), given):
+    index = first_match(_expected(message_id, int(timestamp), text, secrets), given)
+    if index is None:
         raise InvalidSignature(f"no {signature_name} matches a configured secret")
     payload = parse_object(body)
     return Delivery(
         event_id=require_id(message_id, id_name),
         event_type=optional_type(payload.get("type")),
         payload=payload,
+        secret_index=index,
     )
 
 
@@ -109,8 +111,9 @@ def _signatures(value: str, header_name: str) -> list[str]:
 
 def _expected(
     message_id: str, timestamp: int, text: str, secrets: tuple[str, ...]
-) -> list[bytes | str]:
-    """The base64 signature under each usable secret, in the library's canonical encoding.
+) -> list[bytes | str | None]:
+    """The base64 signature under each secret, in the library's canonical encoding, or
+    None for a secret that cannot sign (so that indexes stay the secrets' positions).
 
     Compared as base64 text: senders use the canonical padded encoding, and the library's
     own lenient decoding (it skips stray characters) would only widen what we accept.
@@ -119,10 +122,11 @@ def _expected(
         signed_at = datetime.fromtimestamp(timestamp, tz=UTC)
     except (OverflowError, OSError, ValueError):
         raise InvalidSignature("webhook-timestamp out of range") from None
-    expected: list[bytes | str] = []
+    expected: list[bytes | str | None] = []
     for secret in secrets:
         webhook = _webhook(secret)
         if webhook is None:
+            expected.append(None)
             continue
         try:
             expected.append(webhook.sign(message_id, signed_at, text).partition(",")[2])

@@ -34,13 +34,17 @@ def verify(
     except UnicodeDecodeError:
         raise InvalidSignature("body is not UTF-8") from None
     check_timestamp(_timestamp(signature), tolerance, now)
-    if not any(_valid(text, signature, secret, tolerance) for secret in secrets):
+    # The first secret that verifies: rotation is watched by which position is used.
+    index = next((position for position, secret in enumerate(secrets)
+                  if _valid(text, signature, secret, tolerance)), None)
+    if index is None:
         raise InvalidSignature("no Stripe signature matches a configured secret")
     payload = parse_object(body)
     return Delivery(
         event_id=require_id(payload.get("id"), "event id"),
         event_type=optional_type(payload.get("type")),
         payload=payload,
+        secret_index=index,
     )
 
 
