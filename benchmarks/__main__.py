@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers]`.
+"""`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers|search|reconcile]`.
 
 Prints throughput, latency, the ratio to pgbench running the same SQL, end-to-end delay,
 peak RSS per process and idle CPU, and saves them with the concurrency chart (results/README.md):
@@ -6,6 +6,10 @@ a full run of this checkout becomes results/latest.* (the previous latest.* move
 results/history/, named by its date and commit) and the README's tables are rewritten;
 a partial (--only), named (--tag), --code or otherwise custom run goes to results/history/ as
 DATE-COMMIT[-NAME].*; --smoke writes results/smoke.json, which git ignores.
+`--only search` (benchmarks/search.py) loads a million events into the database and
+compares the search's index options; it is not part of a full run (it takes minutes).
+`--only reconcile` (benchmarks/reconcile.py) records 10,000 never-delivered Stripe events
+through `webhooks reconcile` against a fake Stripe API, beside the delivery path's rate.
 Never fails on a threshold: the numbers are for reading, the targets are printed next to them.
 """
 
@@ -21,11 +25,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report, scenarios, stack
+from benchmarks import reconcile, report, scenarios, search, stack
 
 TARGETS = {"ingest_rps": 3000, "ingest_p99_ms": 20, "worker_jobs_per_s": 2000,
            "e2e_p99_ms_at_500": 100, "idle_cpu_percent": 2}
-SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers")
+SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers", "search", "reconcile")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, worker_args=tuple(args.worker_args.split()))
     if args.seconds:
         plan = replace(plan, ingest_seconds=args.seconds, e2e_seconds=args.seconds)
-    chosen = args.only or (["ingest", "worker", "e2e"] if args.smoke else
-                           ["ingest", "sweep", "worker", "e2e"])
+    chosen = args.only or (["ingest", "worker", "e2e", "search", "reconcile"] if args.smoke
+                           else ["ingest", "sweep", "worker", "e2e", "reconcile"])
     logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-"))
     name = "webhooks_bench_smoke" if args.smoke else "webhooks_bench"
     print(f"benchmarks: {', '.join(chosen)}; database {name}; process logs in {logs}; "
@@ -52,8 +56,13 @@ def main(argv: list[str] | None = None) -> int:
                                "load_average_start": stack.load_average(), "targets": TARGETS}
     for scenario in chosen:
         print(f"\n== {scenario}", flush=True)
-        results[scenario] = _run(scenario, target, plan)
-        report.print_scenario(scenario, results[scenario], TARGETS)
+        results[scenario] = _run(scenario, target, plan, args)
+        if scenario == "search":
+            search.print_summary(results[scenario])
+        elif scenario == "reconcile":
+            reconcile.print_summary(results[scenario])
+        else:
+            report.print_scenario(scenario, results[scenario], TARGETS)
     results["load_average_end"] = stack.load_average()
     written = _save(results, args, Path(args.out))
     print(f"\nload average at the end: {results['load_average_end']}; wrote "
@@ -85,7 +94,8 @@ def _save(results: dict[str, Any], args: argparse.Namespace, out: Path) -> list[
     return written
 
 
-def _run(scenario: str, target: stack.Target, plan: scenarios.Plan) -> Any:
+def _run(scenario: str, target: stack.Target, plan: scenarios.Plan,
+         args: argparse.Namespace) -> Any:
     if scenario == "ingest":
         return scenarios.ingest(target, plan)
     if scenario == "sweep":
@@ -94,6 +104,15 @@ def _run(scenario: str, target: stack.Target, plan: scenarios.Plan) -> Any:
         return scenarios.worker(target, plan)
     if scenario == "e2e":
         return scenarios.end_to_end(target, plan)
+    if scenario == "search":
+        search_plan = search.SMOKE if args.smoke else search.Plan()
+        if args.search_events:
+            search_plan = replace(search_plan, events=args.search_events)
+        return search.run(target, search_plan)
+    if scenario == "reconcile":
+        return reconcile.run(target, events=reconcile.SMOKE_EVENTS if args.smoke
+                             else reconcile.EVENTS, connections=plan.connections,
+                             seconds=plan.ingest_seconds, prefer_wrk=plan.prefer_wrk)
     return scenarios.servers(target, plan, report.server_candidates())
 
 
@@ -115,6 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--python-load", action="store_true",
                         help="the Python load generator even when wrk is installed")
     parser.add_argument("--seconds", type=float, help="ingest and e2e duration")
+    parser.add_argument("--search-events", type=int,
+                        help="events loaded by the search scenario (default 1,000,000; "
+                             "--smoke 20,000)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--tag", default="",
                         help="save to results/history/ as DATE-COMMIT-TAG.* instead of "
