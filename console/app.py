@@ -11,12 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask
-from granian.constants import Interfaces
-from granian.server import Server
 
 from console.blueprint import create_blueprint
 from console.settings import ConsoleSettings
-from shared import db, wakeups
+from shared import db, wakeups, wsgi_server
 from shared.settings import Settings
 
 THREADS = 4  # app threads, and the pool's connections
@@ -56,20 +54,7 @@ def serve(settings: Settings, console_settings: ConsoleSettings, host: str,
 
     configure_logging(settings)
     _serving = (settings, console_settings)
-    Server(
-        _APP,
-        factory=True,
-        interface=Interfaces.WSGI,
-        address=host,
-        port=console_settings.port,
-        workers=1,
-        blocking_threads=threads,
-        websockets=False,
-        respawn_failed_workers=True,
-        respawn_interval=1.0,
-        workers_kill_timeout=10,
-        log_dictconfig={"loggers": {"_granian": {"propagate": True}}},
-    ).serve()
+    wsgi_server.serve(_APP, host=host, port=console_settings.port, workers=1, threads=threads)
 
 
 def _server_app() -> Any:
