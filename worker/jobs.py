@@ -156,8 +156,8 @@ def _lock_order(row: ClaimedJob) -> tuple[str, str, str, int]:
 def _runnable(conn: Connection, rows: Sequence[ClaimedJob]) -> list[ClaimedJob]:
     """The claimed jobs in lock order, less those whose customer (or object) another
     batch holds; this batch now holds the keys of the rest. A batch does not wait for
-    another's commit, which under load chained batches into convoys (ack-to-applied p99
-    at 500 events/s: benchmarks/results/README.md). The others stay pending, for a later
+    another's commit, which under load chained batches into convoys (the latency this
+    cost: benchmarks/results/README.md). The others stay pending, for a later
     claim."""
     orders = {row.id: _lock_order(row) for row in rows}
     ordered = sorted(rows, key=lambda row: orders[row.id])

@@ -2,7 +2,7 @@
 
 The jobs and outbox claims read `ORDER BY run_at, id LIMIT n FOR UPDATE SKIP LOCKED`.
 With an index on run_at alone, rows sharing one run_at (a replay, a bulk insert) were all
-sorted on every claim: 7 ms per claim over 20,000 pending jobs, against 0.06 ms now.
+sorted on every claim; in the claims' order, a claim reads only its LIMIT rows.
 
 Revision ID: 0002
 Revises: 0001
