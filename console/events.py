@@ -21,6 +21,7 @@ from shared.models import JobStatus, jobs
 from shared.replay import ReplayFilter, ReplayRefused, replay
 
 PAGE_SIZE = 50
+COUNT_AT_MOST = 10_000  # the listing says "10000+" beyond this
 FILTERS = ("provider", "type", "status", "since", "until", "search")
 
 
@@ -39,8 +40,9 @@ def listing() -> str:
     after = _cursor(request.args.get("after"))
     with reading() as conn:
         page = list_events(conn, spec, limit=PAGE_SIZE, after=after)
-        total = count_events(conn, spec)
+        total = count_events(conn, spec, at_most=COUNT_AT_MOST)
     return render_template("console/events.html", page=page, total=total, spec=spec,
+                           more_than=COUNT_AT_MOST if total > COUNT_AT_MOST else None,
                            args=filter_args(request.args), after=after)
 
 

@@ -134,9 +134,14 @@ def list_events(conn: Connection, spec: EventFilter, *, limit: int = 50,
     return Page(rows, Cursor(rows[-1].received_at, rows[-1].id) if more else None)
 
 
-def count_events(conn: Connection, spec: EventFilter) -> int:
-    query = _where(_listing(), spec).with_only_columns(sa.func.count())
-    return int(conn.execute(query).scalar_one())
+def count_events(conn: Connection, spec: EventFilter, *, at_most: int | None = None) -> int:
+    """How many events match; with at_most, counting stops after at_most + 1 (a page's
+    "10,000+" must not count a million rows on every view)."""
+    query = _where(_listing(), spec)
+    if at_most is None:
+        return int(conn.execute(query.with_only_columns(sa.func.count())).scalar_one())
+    matching = query.with_only_columns(webhook_events.c.id).limit(at_most + 1).subquery()
+    return int(conn.execute(sa.select(sa.func.count()).select_from(matching)).scalar_one())
 
 
 @dataclass(frozen=True)

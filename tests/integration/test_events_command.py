@@ -233,3 +233,15 @@ def test_the_real_command_in_a_subprocess(settings, clean_db) -> None:  # type: 
     assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1
     bad = webhooks("events", "--status", "stuck")
     assert bad.returncode == 2
+
+
+def test_count_events_stops_at_its_bound(clean_db) -> None:  # type: ignore[no-untyped-def]
+    from shared.events import EventFilter, count_events
+
+    for _ in range(7):
+        factories.insert_event_and_job(clean_db, factories.stripe_event(
+            "invoice.paid", factories.invoice()))
+    with clean_db.connect() as conn:
+        assert count_events(conn, EventFilter()) == 7
+        assert count_events(conn, EventFilter(), at_most=3) == 4  # "more than 3"
+        assert count_events(conn, EventFilter(), at_most=10) == 7
