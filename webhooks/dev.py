@@ -100,14 +100,16 @@ def run(settings: Settings) -> int:
         command = [sys.executable, "-m", "webhooks"]
         subprocess.run([*command, "migrate"], env=env, check=True)
         children = {
-            # The web in a process group of its own: Ctrl-C reaches only `dev`, which stops
-            # it with one SIGTERM. A SIGINT from the terminal to granian's parent and its
-            # server processes at once sometimes left one of them to be killed after 10 s.
+            # The granian servers (web, console) in process groups of their own: Ctrl-C
+            # reaches only `dev`, which stops each with one SIGTERM. A SIGINT from the
+            # terminal to granian's parent and its server processes at once sometimes left
+            # one of them to be killed after 10 s.
             "web": subprocess.Popen([*command, "web", "--workers", "2", "--host", LOOPBACK],
                                     env=env, process_group=0),
             "worker": subprocess.Popen([*command, "worker", "--processes", "1"], env=env),
             "clock": subprocess.Popen([*command, "clock"], env=env),
-            "console": subprocess.Popen([*command, "console", "--host", LOOPBACK], env=env),
+            "console": subprocess.Popen([*command, "console", "--host", LOOPBACK], env=env,
+                                        process_group=0),
         }
         _banner(settings, env)
         return _supervise(children)
