@@ -52,6 +52,7 @@ def _unexpected_error(error: Exception) -> tuple[Response, int]:
     from flask import current_app
 
     current_app.logger.exception("unexpected error")
+    webhooks.count_unexpected_refusal(error)
     response = jsonify({"error": "internal error, retry later"})
     response.headers["Retry-After"] = "5"
     return response, 503

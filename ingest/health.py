@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import math
+import threading
+import time
+
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
 from shared import metrics, providers, queries
 
+log = logging.getLogger(__name__)
 blueprint = Blueprint("health", __name__)
 
 
@@ -27,24 +33,68 @@ def readyz() -> tuple[Response, int]:
 
 @blueprint.get("/metrics")
 def metrics_text() -> Response:
-    _refresh_queue_depth()
+    _database_gauges().refresh(current_app.extensions["engine"])
     body, content_type = metrics.render()
     return Response(body, content_type=content_type)
 
 
-def _refresh_queue_depth() -> None:
-    """Queue depth is read from the tables (the truth) at scrape time; both counts use the
-    partial indexes on pending rows."""
-    try:
-        with current_app.extensions["engine"].connect() as conn:
-            jobs = conn.execute(queries.JobCountDue).scalar_one()
-            emails = conn.execute(queries.OutboxCountDue).scalar_one()
-            reconciliation = conn.execute(queries.ReconcileState).all()
-            paused = set(conn.execute(queries.ProvidersPaused).scalars())
-    except sa.exc.SQLAlchemyError:
-        return
-    metrics.queue_depth.labels("jobs").set(jobs)
-    metrics.queue_depth.labels("outbox").set(emails)
+CACHE_SECONDS = 5.0  # the database is read at most this often per server process
+EXACT_BELOW_ROWS = 100_000  # larger tables: done jobs and sent emails are estimated
+STATUSES = (str(queries.PENDING), str(queries.DONE), str(queries.FAILED))
+EMAIL_STATUSES = (str(queries.EMAIL_PENDING), str(queries.SENT), str(queries.EMAIL_FAILED))
+
+
+class DatabaseGauges:
+    """The gauges read from the tables, refreshed at most once per CACHE_SECONDS however
+    many scrapers ask: the first scrape after that reads, concurrent ones wait for it and
+    serve its figures. One per app (so per server process)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read_at = -math.inf
+
+    def refresh(self, engine: sa.Engine) -> None:
+        with self._lock:
+            if time.monotonic() - self._read_at < CACHE_SECONDS:
+                return
+            # Also after a failure: in an outage, scrapes do not each wait on a connect.
+            self._read_at = time.monotonic()
+            try:
+                with engine.connect() as conn:
+                    _read_gauges(conn)
+            except sa.exc.SQLAlchemyError:
+                log.warning("metrics: the database could not be read", exc_info=True)
+
+
+def _database_gauges() -> DatabaseGauges:
+    gauges: DatabaseGauges = current_app.extensions.setdefault(
+        "database_gauges", DatabaseGauges())
+    return gauges
+
+
+def _read_gauges(conn: sa.Connection) -> None:
+    """Queue depth, jobs, emails, the oldest due job, paused providers and reconciliation,
+    read from the tables (the truth). Every statement uses an index or the statistics except
+    the exact counts, which run only while the tables are small (shared/queries.py)."""
+    jobs_due = conn.execute(queries.JobCountDue).scalar_one()
+    emails_due = conn.execute(queries.OutboxCountDue).scalar_one()
+    reconciliation = conn.execute(queries.ReconcileState).all()
+    paused = set(conn.execute(queries.ProvidersPaused).scalars())
+    rows = {row.relname: float(row.reltuples)
+            for row in conn.execute(queries.MetricsTableEstimates)}
+    job_counts = _job_counts(conn, rows.get("jobs", -1.0))
+    email_counts = _email_counts(conn, rows.get("outbox", -1.0))
+    oldest = {row.provider: float(row.age) for row in conn.execute(queries.MetricsOldestDue)}
+
+    metrics.queue_depth.labels("jobs").set(jobs_due)
+    metrics.queue_depth.labels("outbox").set(emails_due)
+    known = set(providers.PROVIDERS) | {provider for provider, _ in job_counts}
+    for provider in sorted(known):
+        for status in STATUSES:
+            metrics.jobs.labels(provider, status).set(job_counts.get((provider, status), 0))
+        metrics.oldest_due_job_age.labels(provider).set(max(oldest.get(provider, 0.0), 0.0))
+    for status in EMAIL_STATUSES:
+        metrics.emails.labels(status).set(email_counts.get(status, 0))
     for provider in providers.PROVIDERS:
         metrics.provider_paused.labels(provider).set(1 if provider in paused else 0)
     for row in reconciliation:
@@ -53,3 +103,30 @@ def _refresh_queue_depth() -> None:
         metrics.reconciled_events.labels(row.provider).set(row.found)
         if row.last_success is not None:
             metrics.reconcile_last_success.labels(row.provider).set(float(row.last_success))
+
+
+def _job_counts(conn: sa.Connection, estimated_rows: float) -> dict[tuple[str, str], int]:
+    counts: dict[tuple[str, str], int] = {}
+    for status, statement in ((str(queries.PENDING), queries.MetricsJobsPending),
+                              (str(queries.FAILED), queries.MetricsJobsFailed)):
+        for row in conn.execute(statement):
+            counts[(row.provider, status)] = int(row.n)
+    if estimated_rows < EXACT_BELOW_ROWS:  # includes -1: never analyzed (new, or truncated)
+        for row in conn.execute(queries.MetricsJobsDone):
+            counts[(row.provider, str(queries.DONE))] = int(row.n)
+        return counts
+    for row in conn.execute(queries.MetricsJobsProviderShares):
+        open_jobs = sum(counts.get((row.provider, status), 0)
+                        for status in (str(queries.PENDING), str(queries.FAILED)))
+        estimate = round(estimated_rows * float(row.share)) - open_jobs
+        counts[(row.provider, str(queries.DONE))] = max(estimate, 0)
+    return counts
+
+
+def _email_counts(conn: sa.Connection, estimated_rows: float) -> dict[str, int]:
+    if estimated_rows < EXACT_BELOW_ROWS:  # includes -1: never analyzed
+        return {row.status: int(row.n) for row in conn.execute(queries.MetricsEmailsAll)}
+    counts = {str(queries.EMAIL_PENDING): conn.execute(queries.MetricsEmailsPending).scalar_one(),
+              str(queries.EMAIL_FAILED): conn.execute(queries.MetricsEmailsFailed).scalar_one()}
+    counts[str(queries.SENT)] = max(round(estimated_rows) - sum(counts.values()), 0)
+    return counts

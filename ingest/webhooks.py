@@ -13,6 +13,8 @@ import logging
 import time
 from typing import Any
 
+import psycopg
+import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from ingest.allowlist import Allowlist
@@ -66,6 +68,27 @@ def receive(provider: str) -> tuple[Response, int] | Response:
     return jsonify(
         {"event_id": delivery.event_id, "duplicate": recorded.duplicate, "status": recorded.status}
     )
+
+
+def count_unexpected_refusal(error: BaseException) -> None:
+    """A delivery answered 503 by the app's error handler is counted too, by cause: a
+    database error anywhere in its chain is reason="database" (as DatabaseUnavailable is),
+    anything else reason="internal"."""
+    if request.blueprint != blueprint.name:
+        return
+    provider = (request.view_args or {}).get("provider", "")
+    label = provider if provider in providers.PROVIDERS else "unknown"
+    metrics.deliveries_rejected.labels(label, _refusal_reason(error)).inc()
+
+
+def _refusal_reason(error: BaseException | None) -> str:
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, DatabaseUnavailable | sa.exc.SQLAlchemyError | psycopg.Error):
+            return "database"
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return "internal"
 
 
 def _check_source(provider: str) -> None:

@@ -91,6 +91,10 @@ def fetch_one(engine: Engine, statement: sa.TextClause,
     except sa.exc.SQLAlchemyError as error:
         _translate(error)
         raise
+    except psycopg.Error as error:
+        # The pool's connect raises the driver's own error (SQLAlchemy wraps only the
+        # engine's very first connect): no connection is "no database", every time.
+        raise DatabaseUnavailable(str(error).splitlines()[0]) from error
     try:
         if not connection.driver_connection.autocommit:  # type: ignore[union-attr]
             raise RuntimeError("fetch_one needs an engine created with autocommit=True")

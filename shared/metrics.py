@@ -83,6 +83,27 @@ reconciled_events = Gauge(
     multiprocess_mode="mostrecent",
 )
 
+# Jobs and emails, read from the database by web's /metrics (ingest/health.py, cached a few
+# seconds): the whole system's truth in one scrape, whichever process did the work.
+jobs = Gauge(
+    "webhooks_jobs", "Jobs by provider and status, read from the database. pending and "
+    "failed are exact; done is exact while the jobs table holds under 100,000 rows, and "
+    "beyond that an ESTIMATE from Postgres's statistics (pg_class.reltuples times the "
+    "provider's share in pg_stats, less its pending and failed jobs).",
+    ["provider", "status"], multiprocess_mode="mostrecent",
+)
+emails = Gauge(
+    "webhooks_emails", "Outbox emails by status, read from the database. pending and failed "
+    "are exact; sent is exact while the outbox holds under 100,000 rows, and beyond that "
+    "an ESTIMATE (pg_class.reltuples less pending and failed).",
+    ["status"], multiprocess_mode="mostrecent",
+)
+oldest_due_job_age = Gauge(
+    "webhooks_oldest_due_job_age_seconds", "Seconds since the oldest due job (pending, its "
+    "run_at passed, provider not paused) became due; 0 with none. Exact.",
+    ["provider"], multiprocess_mode="mostrecent",
+)
+
 
 def render() -> tuple[bytes, str]:
     """The exposition text for /metrics, aggregated over processes when multiprocess."""

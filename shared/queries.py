@@ -131,6 +131,58 @@ JobCountDue = text(f"""
     SELECT count(*) FROM jobs WHERE {DUE}
 """)
 
+# --- /metrics (web's scrape; cached there for a few seconds) ------------------------------
+#
+# Each must stay cheap at 10 million jobs (figures: the note of issue 17). Pending and failed
+# rows are few and reached through indexes (the partial pending index, and
+# ix_jobs_status_finished_at for failed); done rows are most of the table, so a large table's
+# done count is estimated from the planner's statistics (MetricsTableEstimates) instead.
+# Pending and failed are two statements, not one UNION ALL: for the two together the
+# planner chose a parallel plan ten times slower.
+MetricsJobsPending = text(f"""
+    SELECT provider, count(*) AS n FROM jobs WHERE status = '{PENDING}' GROUP BY provider
+""")
+MetricsJobsFailed = text(f"""
+    SELECT provider, count(*) AS n FROM jobs WHERE status = '{FAILED}' GROUP BY provider
+""")
+
+# Exact done counts: a scan of every done job, run only while the table is small.
+MetricsJobsDone = text(f"""
+    SELECT provider, count(*) AS n FROM jobs WHERE status = '{DONE}' GROUP BY provider
+""")
+
+# The planner's row estimates (-1: never analyzed) and, for jobs, each provider's share of
+# the rows (pg_stats' most common values; a handful of providers are always all in it).
+MetricsTableEstimates = text("""
+    SELECT relname, reltuples FROM pg_class
+    WHERE oid IN (to_regclass('jobs'), to_regclass('outbox'))
+""")
+MetricsJobsProviderShares = text("""
+    SELECT unnest(CAST(CAST(most_common_vals AS text) AS text[])) AS provider,
+           unnest(most_common_freqs) AS share
+    FROM pg_stats
+    WHERE schemaname = current_schema() AND tablename = 'jobs' AND attname = 'provider'
+""")
+
+# Due jobs' oldest run_at per provider (the partial pending index; paused providers' jobs
+# are not due).
+MetricsOldestDue = text(f"""
+    SELECT provider, extract(epoch FROM now() - min(run_at)) AS age
+    FROM jobs WHERE {DUE}
+    GROUP BY provider
+""")
+
+# Pending emails through the partial index; failed ones need a scan of the outbox (it has no
+# index on status). All three exactly in one scan while the table is small; beyond, these
+# two and sent estimated.
+MetricsEmailsAll = text("SELECT status, count(*) AS n FROM outbox GROUP BY status")
+MetricsEmailsPending = text(f"""
+    SELECT count(*) FROM outbox WHERE status = '{EMAIL_PENDING}'
+""")
+MetricsEmailsFailed = text(f"""
+    SELECT count(*) FROM outbox WHERE status = '{EMAIL_FAILED}'
+""")
+
 # --- pause and resume -----------------------------------------------------------------
 
 # Idempotent: pausing a paused provider keeps its first paused_at. RETURNING: newly paused.

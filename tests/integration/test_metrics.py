@@ -1,0 +1,163 @@
+"""web's /metrics: the gauges read from the database, their cache, and every 503 counted."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy.engine import Engine
+
+from ingest import health
+from ingest.app import create_app
+from shared import pausing
+from shared.settings import Settings
+from tests import factories, processes
+from tests.conftest import STRIPE_SECRET
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    return samples(text)[(name, tuple(sorted(labels.items())))]
+
+
+def deliver(client, event_id: str):  # type: ignore[no-untyped-def]
+    body = json.dumps(factories.stripe_event("invoice.paid", factories.invoice(),
+                                             event_id=event_id)).encode()
+    return client.post("/webhooks/stripe", data=body, headers={
+        "Stripe-Signature": factories.stripe_signature(body, STRIPE_SECRET)})
+
+
+def test_every_database_503_is_counted_as_database(settings: Settings) -> None:
+    """A sustained outage: every delivery is answered 503 and every one counted (before,
+    only the first was; the pool's later connects raised the driver's own error)."""
+    port = processes.free_port()  # nothing listens there
+    down = Settings(**{**settings.__dict__,
+                       "database_url": f"postgresql://postgres@127.0.0.1:{port}/test"})
+    client = create_app(down, threads=1).test_client()
+    before = samples(client.get("/metrics").get_data(as_text=True)).get(
+        ("webhooks_deliveries_rejected_total", (("provider", "stripe"), ("reason", "database"))),
+        0.0)
+    answers = [deliver(client, f"evt_down_{i}") for i in range(7)]
+    assert [a.status_code for a in answers] == [503] * 7
+    assert all(a.headers["Retry-After"] for a in answers)
+    text = client.get("/metrics").get_data(as_text=True)
+    assert value(text, "webhooks_deliveries_rejected_total", provider="stripe",
+                 reason="database") == before + 7
+
+
+def test_unexpected_errors_are_counted_by_cause() -> None:
+    from ingest.webhooks import _refusal_reason
+    from shared.errors import DatabaseUnavailable
+
+    try:
+        try:
+            raise sa.exc.TimeoutError("pool exhausted")
+        except sa.exc.TimeoutError as error:
+            raise RuntimeError("wrapped") from error
+    except RuntimeError as wrapped:
+        assert _refusal_reason(wrapped) == "database"
+    assert _refusal_reason(DatabaseUnavailable("down")) == "database"
+    assert _refusal_reason(ValueError("bug")) == "internal"
+
+
+def test_jobs_emails_and_oldest_due_job_from_the_database(clean_db: Engine,
+                                                          settings: Settings) -> None:
+    old = datetime.now(UTC) - timedelta(minutes=30)
+    for i, status in enumerate(["done", "done", "failed"]):
+        factories.insert_event_and_job(
+            clean_db, factories.stripe_event("invoice.paid", factories.invoice(),
+                                             event_id=f"evt_{status}_{i}"), status=status)
+    factories.insert_event_and_job(
+        clean_db, factories.stripe_event("invoice.paid", factories.invoice(),
+                                         event_id="evt_due"), run_at=old)
+    factories.insert_event_and_job(
+        clean_db, {"id": "gh_1", "type": "push"}, provider="github", run_at=old)
+    factories.insert_event_and_job(
+        clean_db, {"id": "gh_2", "type": "push"}, provider="github",
+        run_at=datetime.now(UTC) + timedelta(hours=1))  # pending, not due yet
+    with clean_db.begin() as conn:
+        for i, status in enumerate(["pending", "sent", "sent", "failed"]):
+            conn.execute(sa.text(
+                "INSERT INTO outbox (idempotency_key, kind, to_address, subject, text_body,"
+                " html_body, status) VALUES (:k, 'receipt', 'a@example.com', 's', 't', 'h',"
+                " :s)"), {"k": f"k{i}", "s": status})
+    pausing.pause(clean_db, "github")  # its jobs are not due
+
+    text = create_app(settings).test_client().get("/metrics").get_data(as_text=True)
+    assert value(text, "webhooks_jobs", provider="stripe", status="done") == 2
+    assert value(text, "webhooks_jobs", provider="stripe", status="failed") == 1
+    assert value(text, "webhooks_jobs", provider="stripe", status="pending") == 1
+    assert value(text, "webhooks_jobs", provider="github", status="pending") == 2
+    assert value(text, "webhooks_jobs", provider="paddle", status="failed") == 0
+    assert value(text, "webhooks_emails", status="sent") == 2
+    assert value(text, "webhooks_emails", status="failed") == 1
+    assert value(text, "webhooks_emails", status="pending") == 1
+    stripe_age = value(text, "webhooks_oldest_due_job_age_seconds", provider="stripe")
+    assert 30 * 60 - 5 < stripe_age < 30 * 60 + 60
+    assert value(text, "webhooks_oldest_due_job_age_seconds", provider="github") == 0  # paused
+    assert value(text, "webhooks_provider_paused", provider="github") == 1
+    assert value(text, "webhooks_queue_depth", table="jobs") == 1
+    assert "ESTIMATE" in text  # the help text says which figures may be estimates
+
+
+def test_the_database_is_read_at_most_once_per_cache_period(clean_db: Engine,
+                                                            settings: Settings,
+                                                            monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    client = create_app(settings).test_client()
+    reads: list[int] = []
+    real = health._read_gauges
+    monkeypatch.setattr(health, "_read_gauges", lambda conn: (reads.append(1), real(conn)))
+    first = client.get("/metrics").get_data(as_text=True)
+    factories.insert_event_and_job(
+        clean_db, factories.stripe_event("invoice.paid", factories.invoice(),
+                                         event_id="evt_cached"), status="failed")
+    for _ in range(20):
+        client.get("/metrics")
+    assert len(reads) == 1
+    assert value(client.get("/metrics").get_data(as_text=True), "webhooks_jobs",
+                 provider="stripe", status="failed") == value(
+        first, "webhooks_jobs", provider="stripe", status="failed")
+    monkeypatch.setattr(health, "CACHE_SECONDS", 0.0)
+    after = client.get("/metrics").get_data(as_text=True)
+    assert len(reads) == 2
+    assert value(after, "webhooks_jobs", provider="stripe", status="failed") == 1
+
+
+
+def test_large_tables_estimate_done_jobs_and_sent_emails(clean_db: Engine, settings: Settings,
+                                                          monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Beyond EXACT_BELOW_ROWS, done jobs and sent emails come from the planner's statistics
+    (here exact: ANALYZE of a small table samples every row); pending and failed stay exact."""
+    with clean_db.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO webhook_events (provider, event_id, event_type, payload) "
+            "SELECT p, p || g, 't', '{}' FROM generate_series(1, 30) g, "
+            "unnest(ARRAY['stripe', 'stripe', 'github']) WITH ORDINALITY AS x(p, n) "
+            "WHERE n < 3 OR g <= 10 ON CONFLICT DO NOTHING"))
+        conn.execute(sa.text(
+            "INSERT INTO jobs (provider, event_id, event_type, status) "
+            "SELECT provider, event_id, 't', CASE WHEN event_id IN ('stripe1', 'github1') "
+            "THEN 'failed' WHEN event_id = 'stripe2' THEN 'pending' ELSE 'done' END "
+            "FROM webhook_events"))
+        conn.execute(sa.text(
+            "INSERT INTO outbox (idempotency_key, kind, to_address, subject, text_body,"
+            " html_body, status) SELECT 'k' || g, 'receipt', 'a@example.com', 's', 't', 'h',"
+            " CASE WHEN g = 1 THEN 'failed' ELSE 'sent' END FROM generate_series(1, 20) g"))
+    with clean_db.connect() as conn:
+        conn.execute(sa.text("ANALYZE jobs"))
+        conn.execute(sa.text("ANALYZE outbox"))
+        conn.commit()
+    monkeypatch.setattr(health, "EXACT_BELOW_ROWS", 10)
+    text = create_app(settings).test_client().get("/metrics").get_data(as_text=True)
+    assert value(text, "webhooks_jobs", provider="stripe", status="done") == 28
+    assert value(text, "webhooks_jobs", provider="stripe", status="failed") == 1
+    assert value(text, "webhooks_jobs", provider="stripe", status="pending") == 1
+    assert value(text, "webhooks_jobs", provider="github", status="done") == 9
+    assert value(text, "webhooks_emails", status="sent") == 19
+    assert value(text, "webhooks_emails", status="failed") == 1
