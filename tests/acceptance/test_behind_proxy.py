@@ -130,6 +130,13 @@ def deliver(port: int, source: str, event_id: str, provider: str = "stripe",
         connection.close()
 
 
+def _posts(access_log: Path, expected: int) -> list[str] | None:
+    """The client address of each POST nginx logged, once there are `expected` of them."""
+    lines = access_log.read_text().splitlines() if access_log.exists() else []
+    posts = [line.split()[0] for line in lines if "POST /webhooks/" in line]
+    return posts if len(posts) >= expected else None
+
+
 def test_one_trusted_proxy_the_client_nginx_saw_decides(
         settings: Settings, clean_db: Engine, tmp_path: Path) -> None:
     env = {"TRUSTED_PROXIES": "1", "STRIPE_ALLOWED_IPS": CLIENT,
@@ -148,9 +155,10 @@ def test_one_trusted_proxy_the_client_nginx_saw_decides(
             assert deliver(port, source, f"gh_{source}", "github") == 403
             assert deliver(port, source, f"gh_forged_{source}", "github",
                            **{"X-Forwarded-For": "10.9.9.9"}) == 403
-    # Every delivery went through nginx, which saw each client's own address.
-    access = (tmp_path / "nginx" / "access.log").read_text().splitlines()
-    posts = [line.split()[0] for line in access if "POST /webhooks/" in line]
+        # Every delivery went through nginx, which saw each client's own address. nginx
+        # logs a request once it has finished it, a moment after the client has its answer.
+        posts = processes.wait_until(lambda: _posts(tmp_path / "nginx" / "access.log", 10),
+                                     timeout=10)
     assert sorted(set(posts)) == ["127.0.0.1", CLIENT, STRANGER] and len(posts) == 10
     assert count(clean_db, "webhook_events") == 1
     assert count(clean_db, "jobs") == 1
