@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
 from shared import metrics, providers, queries
+from shared.models import EmailStatus, JobStatus
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("health", __name__)
@@ -40,8 +41,8 @@ def metrics_text() -> Response:
 
 CACHE_SECONDS = 5.0  # the database is read at most this often per server process
 EXACT_BELOW_ROWS = 100_000  # larger tables: done jobs and sent emails are estimated
-STATUSES = (str(queries.PENDING), str(queries.DONE), str(queries.FAILED))
-EMAIL_STATUSES = (str(queries.EMAIL_PENDING), str(queries.SENT), str(queries.EMAIL_FAILED))
+STATUSES = tuple(str(status) for status in JobStatus)
+EMAIL_STATUSES = tuple(str(status) for status in EmailStatus)
 
 
 class DatabaseGauges:
