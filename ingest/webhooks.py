@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from ingest.allowlist import Allowlist
-from shared import metrics, providers
+from shared import metrics, providers, tracing
 from shared.errors import (
     DatabaseUnavailable,
     InvalidPayload,
@@ -47,7 +47,8 @@ def receive(provider: str) -> tuple[Response, int] | Response:
         if delivery.reply is not None:
             return jsonify(delivery.reply)
         recorded = record_event(current_app.extensions["engine"], provider,
-                                delivery.event_id, delivery.event_type, request_body())
+                                delivery.event_id, delivery.event_type, request_body(),
+                                trace_context=tracing.traceparent())
     except RejectedDelivery as error:
         metrics.deliveries_rejected.labels(label, error.reason).inc()
         log.info("delivery rejected", extra={"provider": label, "reason": str(error),
@@ -64,6 +65,10 @@ def receive(provider: str) -> tuple[Response, int] | Response:
         response.headers["Retry-After"] = RETRY_AFTER_SECONDS
         return response, 503
     _after_commit(provider, delivery, recorded)
+    if tracing.enabled():
+        tracing.annotate({"webhooks.provider": provider, "webhooks.event_id": delivery.event_id,
+                          "webhooks.event_type": delivery.event_type,
+                          "webhooks.duplicate": recorded.duplicate})
     metrics.ack_latency.labels(provider).observe(time.perf_counter() - started)
     return jsonify(
         {"event_id": delivery.event_id, "duplicate": recorded.duplicate, "status": recorded.status}

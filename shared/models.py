@@ -159,6 +159,8 @@ jobs = Table(
     Column("run_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("finished_at", DateTime(timezone=True)),
+    # The W3C traceparent of the ingest's request span when tracing is on (shared/tracing.py)
+    Column("trace_context", Text),
     PrimaryKeyConstraint("id"),
     UniqueConstraint("provider", "event_id"),
     ForeignKeyConstraint(
@@ -242,6 +244,8 @@ outbox = Table(
     Column("message_id", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("sent_at", DateTime(timezone=True)),
+    # The traceparent of the job's span that queued it, when tracing is on
+    Column("trace_context", Text),
     PrimaryKeyConstraint("id"),
     UniqueConstraint("idempotency_key"),
     CheckConstraint(one_of(EmailStatus), name="status"),

@@ -31,8 +31,8 @@ EventJobInsert = text("""
         ON CONFLICT (provider, event_id) DO NOTHING
         RETURNING provider, event_id, event_type
     )
-    INSERT INTO jobs (provider, event_id, event_type)
-    SELECT provider, event_id, event_type FROM event
+    INSERT INTO jobs (provider, event_id, event_type, trace_context)
+    SELECT provider, event_id, event_type, CAST(:trace_context AS text) FROM event
     RETURNING id, status
 """)
 
@@ -58,6 +58,7 @@ class ClaimedJob(NamedTuple):
     attempts: int
     payload: Any  # the event's JSON body (a dict for every provider we accept)
     received_at: datetime
+    trace_context: str | None  # the ingest's traceparent (shared/tracing.py)
 
 
 # Due: pending, its time come, and its provider not paused (`webhooks pause`). The claims
@@ -69,7 +70,8 @@ DUE = f"""status = '{PENDING}' AND run_at <= now()
 # SKIP LOCKED: a job locked by another worker's open transaction is skipped, never waited
 # for; the lock is held until this transaction commits the job's effects and its `done`.
 JobClaimDue = text(f"""
-    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at
+    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at,
+           j.trace_context
     FROM jobs j JOIN webhook_events e USING (provider, event_id)
     WHERE j.id IN (
         SELECT id FROM jobs
@@ -92,7 +94,8 @@ JOB_KEY_LOCK_SPACE = 0x77686B  # the first half of the two-int advisory lock key
 
 # Claim one named job (a message's job) if it is due; the same locking rule.
 JobClaimById = text(f"""
-    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at
+    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at,
+           j.trace_context
     FROM jobs j JOIN webhook_events e USING (provider, event_id)
     WHERE j.id = (
         SELECT id FROM jobs
@@ -288,9 +291,11 @@ ClockTryLock = text("SELECT pg_try_advisory_xact_lock(hashtext(:name))")
 # UNIQUE (idempotency_key): one email per key however many jobs try to queue it.
 OutboxInsert = text("""
     INSERT INTO outbox
-        (idempotency_key, kind, to_address, subject, text_body, html_body, provider, event_id)
+        (idempotency_key, kind, to_address, subject, text_body, html_body, provider, event_id,
+         trace_context)
     VALUES
-        (:key, :kind, :to_address, :subject, :text_body, :html_body, :provider, :event_id)
+        (:key, :kind, :to_address, :subject, :text_body, :html_body, :provider, :event_id,
+         :trace_context)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id
 """)
@@ -314,6 +319,7 @@ class ClaimedEmail(NamedTuple):
     provider: str | None
     event_id: str | None
     attempts: int
+    trace_context: str | None  # the traceparent of the job that queued it
 
 
 # SKIP LOCKED: concurrent dispatchers claim disjoint rows. The same statement records the
@@ -331,7 +337,7 @@ OutboxClaimDue = text(f"""
         FOR UPDATE SKIP LOCKED
     )
     RETURNING id, idempotency_key, kind, to_address, subject, text_body, html_body,
-              provider, event_id, attempts
+              provider, event_id, attempts, trace_context
 """)
 
 # The sent rows of one dispatch in one statement. Each is guarded by status and by the

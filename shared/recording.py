@@ -24,17 +24,20 @@ class Recorded:
 
 
 def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
-                 payload: bytes, via: ReceivedVia = ReceivedVia.DELIVERY) -> Recorded:
+                 payload: bytes, via: ReceivedVia = ReceivedVia.DELIVERY,
+                 trace_context: str | None = None) -> Recorded:
     """Commit the event and its job, or count a duplicate and find the job of the event
     seen before. `engine` is an autocommit engine (db.create_engine(autocommit=True));
-    `payload` is the event's JSON, as received.
+    `payload` is the event's JSON, as received; `trace_context` a traceparent stored with
+    the job (shared/tracing.py).
 
     Returns only after COMMIT, so an acknowledgement always stands on committed rows. A
     connection that died in the pool (database restarted) is retried once on a fresh one.
     """
     for attempt in (1, 2):
         try:
-            return _record(engine, provider, event_id, event_type, payload, via)
+            return _record(engine, provider, event_id, event_type, payload, via,
+                           trace_context)
         except DatabaseUnavailable as error:
             cause = error.__cause__
             stale = isinstance(cause, sa.exc.DBAPIError) and cause.connection_invalidated
@@ -44,14 +47,14 @@ def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
 
 
 def _record(engine: Engine, provider: str, event_id: str, event_type: str,
-            payload: bytes, via: ReceivedVia) -> Recorded:
+            payload: bytes, via: ReceivedVia, trace_context: str | None) -> Recorded:
     key = {"provider": provider, "event_id": event_id}
     try:
         # One statement on an autocommit engine is one transaction, committed before
         # fetch_one returns.
         job = db.fetch_one(engine, queries.EventJobInsert, {
             **key, "event_type": event_type, "payload": payload.decode("utf-8"),
-            "received_via": str(via)})
+            "received_via": str(via), "trace_context": trace_context})
         if job is not None:
             return Recorded(job_id=job[0], duplicate=False, status=job[1])
         existing = db.fetch_one(engine, queries.DuplicateCounted, key)

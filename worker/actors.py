@@ -14,13 +14,14 @@ import time
 import dramatiq
 from sqlalchemy.engine import Engine
 
-from shared import db, wakeups
+from shared import db, tracing, wakeups
 from shared.logs import configure_logging
 from shared.settings import Settings
 from worker import handlers, jobs, outbox
 
 settings = Settings.from_env()
 configure_logging(settings)
+tracing.configure(tracing.WORKER_SERVICE)  # in each worker process (this import runs in each)
 broker = wakeups.create_broker(settings)
 dramatiq.set_broker(broker)
 handlers.load(settings)

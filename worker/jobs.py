@@ -37,7 +37,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, metrics, queries
+from shared import db, metrics, queries, tracing
 from shared.errors import DatabaseUnavailable, PermanentJobError, describe
 from shared.queries import ClaimedJob
 from shared.settings import Settings
@@ -179,10 +179,18 @@ def _context(conn: Connection, settings: Settings, row: ClaimedJob) -> handlers.
 
 
 def _run_handler(conn: Connection, settings: Settings, row: ClaimedJob) -> _Applied:
-    ctx = _context(conn, settings, row)
-    function = handlers.find(row.provider, row.event_type)
-    outcome = function(ctx) if function else "no handler"
-    return _Applied(row, (outcome or "done")[:200], ctx.emails_queued)
+    """The job's handler, in the job's span when tracing is on: the child of the ingest's
+    request span (its traceparent stored with the job), the handler's statements within it."""
+    with tracing.span(f"job {row.provider} {row.event_type}", row.trace_context, {
+            "webhooks.provider": row.provider, "webhooks.event_id": row.event_id,
+            "webhooks.event_type": row.event_type, "webhooks.job_id": row.id,
+            "webhooks.attempt": row.attempts + 1}) as span:
+        ctx = _context(conn, settings, row)
+        function = handlers.find(row.provider, row.event_type)
+        outcome = function(ctx) if function else "no handler"
+        applied = _Applied(row, (outcome or "done")[:200], ctx.emails_queued)
+        span.set_attribute("webhooks.outcome", applied.outcome)
+    return applied
 
 
 def _mark_done(conn: Connection, applied: list[_Applied]) -> None:

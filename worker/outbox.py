@@ -26,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, metrics, queries, wakeups
+from shared import db, metrics, queries, tracing, wakeups
 from shared.errors import EmailOutcomeUnknown, EmailRejected, describe
 from shared.queries import ClaimedEmail
 from shared.settings import Settings
@@ -83,15 +83,35 @@ def _attempt(sender: Sender, rows: Sequence[ClaimedEmail], settings: Settings,
         if time.monotonic() > deadline:
             break
         if row.attempts > 1:
-            found = _search(sender, row, settings)
+            with tracing.span("postmark search", row.trace_context, _span_attributes(row)):
+                found = _search(sender, row, settings)
             if found is not None:
                 outcomes[row.id] = found
                 continue
         to_send.append(row)
     if to_send and time.monotonic() <= deadline:
-        results = sender.send([_email(row) for row in to_send])
-        outcomes.update(zip((row.id for row in to_send), results, strict=True))
+        outcomes.update(_send(sender, to_send))
     return outcomes
+
+
+def _send(sender: Sender, rows: Sequence[ClaimedEmail]) -> dict[int, Outcome]:
+    """One request to Postmark for the rows; with tracing on, a span in the trace of each
+    row's delivery (the request's own span is the first one's child)."""
+    with tracing.spans("postmark send", [row.trace_context for row in rows],
+                       [_span_attributes(row, batch=len(rows)) for row in rows]) as spans:
+        results = sender.send([_email(row) for row in rows])
+        for span, outcome in zip(spans, results, strict=True):
+            if isinstance(outcome, Sent):
+                span.set_attributes({"webhooks.email_outcome": "sent",
+                                     "postmark.message_id": outcome.message_id})
+            else:
+                span.set_attribute("webhooks.email_outcome", describe(outcome))
+    return dict(zip((row.id for row in rows), results, strict=True))
+
+
+def _span_attributes(row: ClaimedEmail, batch: int = 1) -> dict[str, Any]:
+    return {"webhooks.idempotency_key": row.idempotency_key, "webhooks.email_kind": row.kind,
+            "webhooks.attempt": row.attempts, "webhooks.emails_in_request": batch}
 
 
 def _search(sender: Sender, row: ClaimedEmail, settings: Settings) -> Outcome | None:

@@ -77,3 +77,16 @@ def test_web_without_database_url_exits_1(installed: Path, tmp_path: Path) -> No
     result = run(installed, procfile_entry("web"), tmp_path, PORT="8123")
     assert result.returncode == 1
     assert "DATABASE_URL" in result.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_every_package_of_the_source_is_installed(installed: Path, tmp_path: Path) -> None:
+    """Each folder with an __init__.py in the checkout is importable from the install (a
+    package left out of pyproject's list would fail only when its code first runs)."""
+    packages = sorted(
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("webhooks", "ingest", "worker", "clock", "console", "shared")
+        for init in (ROOT / top).rglob("__init__.py"))
+    result = run(installed, "python -c 'import importlib, sys; "
+                 "[importlib.import_module(name) for name in sys.argv[1:]]' "
+                 + " ".join(packages), tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]

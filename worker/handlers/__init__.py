@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy import TextClause
 from sqlalchemy.engine import Connection
 
-from shared import db, queries
+from shared import db, queries, tracing
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class JobContext:
             queries.OutboxInsert,
             {"key": key, "kind": kind, "to_address": to, "subject": subject,
              "text_body": text_body, "html_body": html_body, "provider": self.provider,
-             "event_id": self.event_id},
+             "event_id": self.event_id, "trace_context": tracing.traceparent()},
         )
         if row is not None:
             self.emails_queued += 1
