@@ -251,6 +251,8 @@ outbox = Table(
     CheckConstraint(one_of(EmailStatus), name="status"),
     Index("ix_outbox_pending_run_at_id", "run_at", "id",
           postgresql_where=text(f"status = '{EmailStatus.PENDING}'")),
+    # The failed ones: /metrics counts them, the console lists them (few, on a big table)
+    Index("ix_outbox_failed_id", "id", postgresql_where=text(f"status = '{EmailStatus.FAILED}'")),
 )
 
 # One row per provider that reconciliation has run for: where the clock's next run starts

@@ -175,9 +175,8 @@ MetricsOldestDue = text(f"""
     GROUP BY provider
 """)
 
-# Pending emails through the partial index; failed ones need a scan of the outbox (it has no
-# index on status). All three exactly in one scan while the table is small; beyond, these
-# two and sent estimated.
+# Pending and failed emails through their partial indexes. All three exactly in one scan
+# while the table is small; beyond, these two and sent estimated.
 MetricsEmailsAll = text("SELECT status, count(*) AS n FROM outbox GROUP BY status")
 MetricsEmailsPending = text(f"""
     SELECT count(*) FROM outbox WHERE status = '{EMAIL_PENDING}'
