@@ -1,4 +1,5 @@
-"""`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers|search|reconcile]`.
+"""`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers|search|reconcile|
+scaleout|growth]`.
 
 Prints throughput, latency, the ratio to pgbench running the same SQL, end-to-end delay,
 peak RSS per process and idle CPU, and saves them with the concurrency chart (results/README.md):
@@ -10,6 +11,11 @@ DATE-COMMIT[-NAME].*; --smoke writes results/smoke.json, which git ignores.
 compares the search's index options; it is not part of a full run (it takes minutes).
 `--only reconcile` (benchmarks/reconcile.py) records 10,000 never-delivered Stripe events
 through `webhooks reconcile` against a fake Stripe API, beside the delivery path's rate.
+`--only scaleout` (benchmarks/scaleout.py, part of a full run and of --smoke, there with
+1,000 jobs) drains the worker scenario's backlog with one, two and three `webhooks worker`
+groups side by side, with the CPU each process kind spent per job. `--only growth`
+(benchmarks/growth.py) measures the ingest and the drain with 10,000, 100,000 and 1,000,000
+finished events already recorded; like search, it is not part of a full run.
 Never fails on a threshold: the numbers are for reading, the targets are printed next to them.
 """
 
@@ -25,11 +31,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import reconcile, report, scenarios, search, stack
+from benchmarks import growth, reconcile, report, scaleout, scenarios, search, stack
 
 TARGETS = {"ingest_rps": 3000, "ingest_p99_ms": 20, "worker_jobs_per_s": 2000,
-           "e2e_p99_ms_at_500": 100, "idle_cpu_percent": 2}
-SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers", "search", "reconcile")
+           "e2e_p99_ms_at_500": 100, "idle_cpu_percent": 2,
+           "scaleout_2_over_1": scaleout.TARGET_TWO_OVER_ONE}
+SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers", "search", "reconcile", "scaleout",
+             "growth")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,10 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, worker_args=tuple(args.worker_args.split()))
     if args.seconds:
         plan = replace(plan, ingest_seconds=args.seconds, e2e_seconds=args.seconds)
-    chosen = args.only or (["ingest", "worker", "e2e", "search", "reconcile"] if args.smoke
-                           else ["ingest", "sweep", "worker", "e2e", "reconcile"])
+    chosen = args.only or (["ingest", "worker", "e2e", "search", "reconcile", "scaleout"]
+                           if args.smoke
+                           else ["ingest", "sweep", "worker", "e2e", "reconcile", "scaleout"])
     logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-"))
-    name = "webhooks_bench_smoke" if args.smoke else "webhooks_bench"
+    name = args.database or ("webhooks_bench_smoke" if args.smoke else "webhooks_bench")
     print(f"benchmarks: {', '.join(chosen)}; database {name}; process logs in {logs}; "
           f"load average {stack.load_average()} on {os.cpu_count()} cores", flush=True)
     target = stack.prepare(args.admin_url, name, args.broker_url, logs, Path(args.code))
@@ -61,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             search.print_summary(results[scenario])
         elif scenario == "reconcile":
             reconcile.print_summary(results[scenario])
+        elif scenario == "scaleout":
+            scaleout.print_summary(results[scenario])
+        elif scenario == "growth":
+            growth.print_summary(results[scenario], TARGETS)
         else:
             report.print_scenario(scenario, results[scenario], TARGETS)
     results["load_average_end"] = stack.load_average()
@@ -113,13 +126,18 @@ def _run(scenario: str, target: stack.Target, plan: scenarios.Plan,
         return reconcile.run(target, events=reconcile.SMOKE_EVENTS if args.smoke
                              else reconcile.EVENTS, connections=plan.connections,
                              seconds=plan.ingest_seconds, prefer_wrk=plan.prefer_wrk)
+    if scenario == "scaleout":
+        return scaleout.run(target, plan, scaleout.SMOKE_JOBS if args.smoke else scaleout.JOBS)
+    if scenario == "growth":
+        return growth.run(target, plan, growth.SMOKE if args.smoke else growth.Plan())
     return scenarios.servers(target, plan, report.server_candidates())
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--smoke", action="store_true",
-                        help="a few-second run of ingest, worker and e2e (CI)")
+                        help="a few-second run of ingest, worker, e2e, search, reconcile "
+                             "and scaleout (CI)")
     parser.add_argument("--only", action="append", choices=SCENARIOS,
                         help="run only this scenario (repeatable)")
     parser.add_argument("--admin-url", default=os.environ.get(
@@ -129,6 +147,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--broker-url", default=os.environ.get(
         "BENCH_BROKER_URL", "redis://127.0.0.1:6379/9"),
         help="a Redis database the benchmark may flush (default db 9)")
+    parser.add_argument("--database", default=os.environ.get("BENCH_DATABASE", ""),
+                        help="the benchmark database's name, dropped and created again "
+                             "(default webhooks_bench, --smoke webhooks_bench_smoke): another "
+                             "name for a run beside someone else's on the same server")
     parser.add_argument("--worker-args", default="",
                         help="extra `webhooks worker` options, e.g. '--processes 1 --threads 8'")
     parser.add_argument("--python-load", action="store_true",

@@ -23,7 +23,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 LATEST = "latest"
 HISTORY = "history"
 # Every file a run writes is STEM + one of these.
-ARTEFACTS = (".json", "-sweep.csv", "-servers.csv", "-ingest-concurrency.png")
+ARTEFACTS = (".json", "-sweep.csv", "-servers.csv", "-ingest-concurrency.png", "-growth.csv",
+             "-growth.png")
 TABLE_START = "<!-- table:start: written by `python -m benchmarks.report` -->"
 TABLE_END = "<!-- table:end -->"
 _HISTORY_NAME = re.compile(
@@ -125,7 +126,8 @@ def history_stem(results: Mapping[str, Any], what: str = "") -> str:
 
 
 def save(results: dict[str, Any], folder: Path, stem: str) -> list[Path]:
-    """Write STEM.json, STEM-sweep.csv, STEM-servers.csv and the chart (those that apply)."""
+    """Write STEM.json, STEM-sweep.csv, STEM-servers.csv, STEM-growth.csv and the charts
+    (those that apply)."""
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / f"{stem}.json"]
     written[0].write_text(json.dumps(results, indent=2) + "\n")
@@ -136,6 +138,13 @@ def save(results: dict[str, Any], folder: Path, stem: str) -> list[Path]:
             written.append(path)
     if results.get("sweep"):
         chart = _chart(results["sweep"], folder / f"{stem}-ingest-concurrency.png")
+        if chart:
+            written.append(chart)
+    if results.get("growth"):
+        path = folder / f"{stem}-growth.csv"
+        _csv(results["growth"]["sizes"], path)
+        written.append(path)
+        chart = _growth_chart(results["growth"]["sizes"], folder / f"{stem}-growth.png")
         if chart:
             written.append(chart)
     return written
@@ -222,6 +231,42 @@ def _chart(rows: list[dict[str, Any]], path: Path) -> Path | None:
     return path
 
 
+def _growth_chart(rows: list[dict[str, Any]], path: Path) -> Path | None:
+    """Ingest acked/s and drain jobs/s against the rows already recorded (log x)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed (pip install -e '.[bench]'): no chart")
+        return None
+    sizes = [row["rows"] for row in rows]
+    figure, (ingest, drain) = plt.subplots(1, 2, figsize=(10, 4.5))
+    ingest.plot(sizes, [row["ingest_acked_per_s"] for row in rows], "o-", color="tab:blue",
+                label="webhooks web: acked/s")
+    if all(row.get("pgbench_tps") for row in rows):
+        ingest.plot(sizes, [row["pgbench_tps"] for row in rows], "s--", color="tab:gray",
+                    label="pgbench ingest.sql: tx/s")
+    ingest.set_title("Ingest")
+    drain.plot(sizes, [row["drain_jobs_per_s"] for row in rows], "o-", color="tab:green",
+               label=f"one worker group: jobs/s ({_n(rows[0]['drain_jobs'])} jobs)")
+    drain.set_title("Drain")
+    for panel in (ingest, drain):
+        panel.set_xscale("log")
+        panel.set_xlabel("events and jobs already recorded")
+        panel.set_ylabel("per second")
+        panel.set_ylim(bottom=0)
+        panel.legend(loc="best")
+    figure.suptitle("Ingest and drain against history "
+                    f"(load average {rows[0].get('ingest_load_average', '?').split()[0]} "
+                    f"at the start, on {os.cpu_count()} cores)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def server_candidates() -> dict[str, tuple[list[str], dict[str, str]]]:
     """Server command lines (with $PORT) and their environment, for `--only servers`."""
     import tempfile
@@ -269,8 +314,99 @@ def render_tables(folder: Path = RESULTS) -> str:
     latest = folder / f"{LATEST}.json"
     if latest.exists():
         parts.append(_latest_table(json.loads(latest.read_text()), folder))
+    if found := _newest_with(folder, "scaleout"):
+        parts.append(_scaleout_table(*found, folder))
+    if found := _newest_with(folder, "growth"):
+        parts.append(_growth_table(*found, folder))
     parts.append(_history_table(folder))
     return "\n\n".join(parts)
+
+
+def _newest_with(folder: Path, scenario: str) -> tuple[dict[str, Any], Path] | None:
+    """The run (latest.json or history/) that measured `scenario` last, not a smoke run."""
+    runs = []
+    for path in [folder / f"{LATEST}.json", *sorted((folder / HISTORY).glob("*.json"))]:
+        if path.exists():
+            run = json.loads(path.read_text())
+            if run.get(scenario) and not run.get("smoke"):
+                runs.append((str(run.get("started", "")), path.name, run, path))
+    if not runs:
+        return None
+    _, _, run, path = max(runs, key=lambda item: (item[0], item[1]))
+    return run, path
+
+
+def _relative(path: Path, folder: Path) -> str:
+    return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else path.name
+
+
+def _run_line(run: dict[str, Any]) -> str:
+    started = str(run.get("started", "?")).replace("T", " ")[:16]
+    return (f"Started {started}, code {run.get('commit', 'not recorded')}, "
+            f"{run.get('cores', '?')} cores, load average {run.get('load_average_start', '?')} "
+            f"at the start, {run.get('load_average_end', '?')} at the end.")
+
+
+def _scaleout_table(run: dict[str, Any], path: Path, folder: Path) -> str:
+    """Jobs/s and CPU per job of 1, 2 and 3 worker groups draining the same backlog."""
+    result = run["scaleout"]
+    name = _relative(path, folder)
+    lines = [f"### Scale-out: [`{name}`]({name})", "", _run_line(run), "",
+             f"{_n(result['jobs'])} invoice jobs drained by N `webhooks worker` groups side by "
+             f"side (each of concurrency {result['concurrency_per_group']}). CPU is per job, "
+             "in ms, with the cores it kept busy on average in brackets; Postgres: the "
+             "benchmark database's backends + the server's own processes; machine: every "
+             "process on it, other work included.", "",
+             "| groups | jobs/s | ratio to 1 | workers CPU | Postgres CPU | Redis CPU | "
+             "cores busy: measured / machine | commits per job |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in result["groups"]:
+        ratio = result["ratios"].get(f"{row['groups']}_over_1")
+        target = (f" (target >= {result['target_2_over_1']})" if row["groups"] == 2 else "")
+        lines.append(
+            f"| {row['groups']} | {_n(row['jobs_per_s'])} | "
+            f"{_fixed3(ratio) if ratio is not None else '1'}{target} | "
+            f"{_cpu_cell(row, 'workers')} | "
+            f"{_cpu_cell(row, 'postgres_backends', 'postgres_background')} | "
+            f"{_cpu_cell(row, 'redis')} | "
+            f"{row['measured_cores']} / {row['machine_busy_cores']} | "
+            f"{_fixed3(row.get('commits_per_job'))} |")
+    return "\n".join(lines)
+
+
+def _cpu_cell(row: dict[str, Any], *parts: str) -> str:
+    per_job = [row.get(f"{part}_cpu_ms_per_job") for part in parts]
+    cores = [row.get(f"{part}_cores") for part in parts]
+    if any(value is None for value in per_job + cores):
+        return ""
+    return f"{sum(per_job):.3f} ({sum(cores):.2f})"  # type: ignore[arg-type]
+
+
+def _growth_table(run: dict[str, Any], path: Path, folder: Path) -> str:
+    """Ingest and drain rates against the rows already in webhook_events and jobs."""
+    result = run["growth"]
+    plan = result["plan"]
+    name = _relative(path, folder)
+    lines = [f"### Growth: [`{name}`]({name})", "", _run_line(run), "",
+             f"Ingest: {result['connections']} connections for {plan['ingest_seconds']} s, "
+             "beside pgbench running ingest.sql as long. Drain: "
+             f"{_n(plan['backlog'])} invoice jobs, one `webhooks worker` group. CPU in ms per "
+             "delivery or job.", "",
+             "| rows already there | events MB | acked/s | p99 ms | pgbench tx/s | "
+             "web / Postgres CPU per delivery | drain jobs/s | worker / Postgres CPU per job |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in result["sizes"]:
+        lines.append(
+            f"| {_n(row['rows'])} | {_n(row['events_mb'])} | {_n(row['ingest_acked_per_s'])} | "
+            f"{_ms(row['ingest_p99_ms'])} | {_n(row.get('pgbench_tps'))} | "
+            f"{_fixed3(row['ingest_web_cpu_ms_per_ack'])} / "
+            f"{_fixed3(row.get('ingest_postgres_cpu_ms_per_ack'))} | "
+            f"{_n(row['drain_jobs_per_s'])} | {_fixed3(row['drain_worker_cpu_ms_per_job'])} / "
+            f"{_fixed3(row.get('drain_postgres_cpu_ms_per_job'))} |")
+    chart = path.with_name(f"{path.stem}-growth.png")
+    if chart.exists():
+        lines += ["", f"![ingest and drain against history]({_relative(chart, folder)})"]
+    return "\n".join(lines)
 
 
 def _latest_table(run: dict[str, Any], folder: Path) -> str:
@@ -371,8 +507,8 @@ def _history_table(folder: Path) -> str:
     lines = ["### All runs, oldest first", "",
              "| started | code | run | ingest acked/s (ratio) | ingest p99 ms | "
              "web CPU ms/delivery | worker jobs/s (ratio) | worker CPU ms/job | "
-             "e2e p99 ms at 200/s | at 500/s |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "e2e p99 ms at 200/s | at 500/s | scale-out 2 / 1 groups (3 / 1) |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for started, commit, link, run in sorted(runs, key=lambda item: item[0]):
         cells = [started.replace("T", " ")[:16], commit, link, *_key_figures(run)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -388,18 +524,22 @@ def _key_figures(run: dict[str, Any]) -> list[str]:
     ingest = (run.get("ingest") or {}).get("app")
     worker = (run.get("worker") or {}).get("app")
     rates = (run.get("e2e") or {}).get("rates", {})
+    scaleout = (run.get("scaleout") or {}).get("ratios", {})
     return [f"{_n(ingest['rps'])} ({_fixed3(run['ingest']['ratio'])})" if ingest else "",
             _ms(ingest["p99_ms"]) if ingest else "",
             _fixed3(ingest.get("web_cpu_ms_per_ack")) if ingest else "",
             f"{_n(worker['jobs_per_s'])} ({_fixed3(run['worker']['ratio'])})" if worker else "",
             _fixed3(worker.get("worker_cpu_ms_per_job")) if worker else "",
             _ms(rates["200"]["delay"]["p99_ms"]) if "200" in rates else "",
-            _ms(rates["500"]["delay"]["p99_ms"]) if "500" in rates else ""]
+            _ms(rates["500"]["delay"]["p99_ms"]) if "500" in rates else "",
+            f"{_fixed3(scaleout.get('2_over_1'))} ({_fixed3(scaleout.get('3_over_1'))})"
+            if scaleout else ""]
 
 
 def _written_with_json(csv_path: Path) -> bool:
-    """Whether STEM-sweep.csv or STEM-servers.csv is that part of the run in STEM.json."""
-    for key in ("sweep", "servers"):
+    """Whether STEM-sweep.csv, STEM-servers.csv or STEM-growth.csv is that part of the run
+    in STEM.json."""
+    for key in ("sweep", "servers", "growth"):
         suffix = f"-{key}.csv"
         if csv_path.name.endswith(suffix):
             run = csv_path.with_name(csv_path.name[:-len(suffix)] + ".json")

@@ -233,13 +233,14 @@ def _sweep_once(target: stack.Target) -> None:
     engine.dispose()
 
 
-def _wait_ready(log: Path, process: stack.Process, timeout: float = 120) -> None:
+def _wait_ready(log: Path, process: stack.Process, timeout: float = 120,
+                settle: float = 1) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.popen.poll() is not None:
             raise RuntimeError(f"worker exited: see {log}")
         if log.exists() and "ready for action" in log.read_text(errors="replace"):
-            time.sleep(1)  # every worker process says it; give the others a moment
+            time.sleep(settle)  # every worker process says it; give the others a moment
             return
         time.sleep(0.1)
     raise TimeoutError("worker did not start")

@@ -84,7 +84,7 @@ def run(target: stack.Target, plan: Plan) -> dict[str, Any]:
 def _run(engine: Engine, target: stack.Target, plan: Plan) -> dict[str, Any]:
     stack.reset(target)
     _autocommit(engine, f"DROP INDEX IF EXISTS {FTS_INDEX}", f"DROP INDEX IF EXISTS {TRGM_INDEX}")
-    loaded = _load(engine, plan.events)
+    loaded = load_events(engine, plan.events)
     terms = _terms(engine, plan)
     result: dict[str, Any] = {"plan": asdict(plan), "load": loaded, "options": {}}
     options = result["options"]
@@ -116,8 +116,10 @@ def _run(engine: Engine, target: stack.Target, plan: Plan) -> dict[str, Any]:
 # --- loading ----------------------------------------------------------------------------
 
 
-def _load(engine: Engine, count: int) -> dict[str, Any]:
-    """`count` events received over the last 30 days (the newest last) and their jobs."""
+def load_events(engine: Engine, count: int, *, unfinished: bool = True) -> dict[str, Any]:
+    """`count` events received over the last 30 days (the newest last) and their jobs: 2%
+    failed and 3% pending, the rest done; all done when not `unfinished` (a history that
+    gives a worker nothing to do: benchmarks/growth.py)."""
     started = time.monotonic()
     with engine.begin() as conn:
         conn.execute(sa.text((HERE / "search_events.sql").read_text()))
@@ -151,10 +153,11 @@ def _load(engine: Engine, count: int) -> dict[str, Any]:
                    CASE s.status WHEN 'pending' THEN NULL
                         ELSE received_at + interval '40 milliseconds' END
             FROM webhook_events,
-                 LATERAL (SELECT CASE WHEN id % 50 = 7 THEN 'failed'
+                 LATERAL (SELECT CASE WHEN NOT :unfinished THEN 'done'
+                                      WHEN id % 50 = 7 THEN 'failed'
                                       WHEN id % 100 < 3 THEN 'pending'
                                       ELSE 'done' END AS status) AS s
-        """))
+        """), {"unfinished": unfinished})
     _autocommit(engine, "VACUUM ANALYZE webhook_events", "VACUUM ANALYZE jobs")
     with engine.connect() as conn:
         sizes = conn.execute(sa.text("""

@@ -9,12 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 import sqlalchemy as sa
@@ -131,20 +133,22 @@ class Process:
             self.peak_rss[proc.pid] = (role, max(peak, self.peak_rss.get(proc.pid, ("", 0))[1]))
 
     def cpu_seconds(self) -> float:
-        total = 0.0
-        for proc in self.tree():
-            try:
-                times = proc.cpu_times()
-                total += times.user + times.system
-            except psutil.NoSuchProcess:
-                continue
-        return total
+        return sum(cpu for proc in self.tree() if (cpu := _cpu_seconds(proc)) is not None)
 
     def memory_report(self) -> list[dict[str, Any]]:
         self.sample_memory()
         return [{"process": self.name, "pid": pid, "role": role,
                  "peak_rss_mb": round(rss / 2**20, 1)}
                 for pid, (role, rss) in sorted(self.peak_rss.items())]
+
+
+def _cpu_seconds(proc: psutil.Process) -> float | None:
+    """User + system CPU seconds of one process; None once it has exited."""
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return None
+    return float(times.user + times.system)
 
 
 def _vm_hwm(pid: int) -> int:
@@ -211,6 +215,153 @@ def web(target: Target, server: list[str] | None = None, extra_env: dict[str, st
         yield base, process
     finally:
         stop(process)
+
+
+# --- servers this benchmark did not start ------------------------------------------------
+
+# Postgres's own processes, which serve every database on the server (titles "postgres:
+# [cluster:] NAME"); a backend's title names its user and database instead.
+POSTGRES_BACKGROUND = ("checkpointer", "background writer", "walwriter", "autovacuum launcher",
+                       "logical replication launcher", "archiver", "stats collector",
+                       "walsender", "startup")
+
+Finder = Callable[[], Iterable[tuple[psutil.Process, str]]]  # (process, kind)
+
+
+class ServerCpu:
+    """CPU seconds, per kind, of server processes the benchmark did not start (Postgres,
+    Redis), from start() to the last sample(). Postgres runs a process per connection and
+    connections come and go, so sample() must be called often while the measurement runs:
+    a process counts from start() (or its birth) to the last sample that saw it alive."""
+
+    def __init__(self, finders: Iterable[Finder]) -> None:
+        self.finders = list(finders)
+        self.seen: dict[int, tuple[str, float, float]] = {}  # pid: (kind, first, latest)
+
+    def start(self) -> None:
+        self.seen = {}
+        for proc, kind in self._processes():
+            if (cpu := _cpu_seconds(proc)) is not None:
+                self.seen[proc.pid] = (kind, cpu, cpu)
+
+    def sample(self) -> None:
+        for proc, kind in self._processes():
+            if (cpu := _cpu_seconds(proc)) is not None:
+                # born after start(): all its CPU was spent during the measurement
+                kind, first, _ = self.seen.get(proc.pid, (kind, 0.0, 0.0))
+                self.seen[proc.pid] = (kind, first, cpu)
+
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds per kind since start(); a kind whose processes could not be read
+        (a server on another machine) is absent."""
+        self.sample()
+        totals: dict[str, float] = {}
+        for kind, first, latest in self.seen.values():
+            totals[kind] = totals.get(kind, 0.0) + latest - first
+        return totals
+
+    @contextmanager
+    def sampling(self, interval: float = 0.25) -> Iterator[None]:
+        """sample() every `interval` seconds from a thread, while a measurement that
+        cannot call it (a load generator's run) goes on."""
+        done = threading.Event()
+
+        def loop() -> None:
+            while not done.wait(interval):
+                self.sample()
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    def _processes(self) -> Iterator[tuple[psutil.Process, str]]:
+        for finder in self.finders:
+            yield from finder()
+
+
+def server_cpu(target: Target, exclude: Collection[int] = ()) -> ServerCpu:
+    """Postgres ("postgres_backends": the benchmark database's connections, less the
+    `exclude` backend pids, the benchmark's own polling; "postgres_background": the server's
+    own processes) and Redis ("redis"), when they run on this machine."""
+    finders = [finder for finder in (_postgres_finder(target, exclude),
+                                     _redis_finder(target.broker_url)) if finder]
+    return ServerCpu(finders)
+
+
+def _postgres_finder(target: Target, exclude: Collection[int]) -> Finder | None:
+    """The postmaster's children, by kind; other databases' backends (other people's work
+    on a shared server) are left out. None when the server is not on this machine."""
+    engine = target.engine()
+    try:
+        with engine.connect() as conn:
+            pid, database = conn.execute(
+                sa.text("SELECT pg_backend_pid(), current_database()")).one()
+            backend = psutil.Process(pid)
+            if database not in " ".join(backend.cmdline()).split():
+                return None  # that pid is not our backend: another machine or namespace
+            postmaster = psutil.Process(backend.ppid())
+    except psutil.Error:
+        return None
+    finally:
+        engine.dispose()
+    kinds: dict[int, str | None] = {}
+    skipped = set(exclude)
+
+    def kind(proc: psutil.Process) -> str | None:
+        if proc.pid not in kinds:
+            title = " ".join(proc.cmdline()).split()
+            if database in title:
+                kinds[proc.pid] = None if proc.pid in skipped else "postgres_backends"
+            elif any(name in " ".join(title) for name in POSTGRES_BACKGROUND):
+                kinds[proc.pid] = "postgres_background"
+            else:
+                kinds[proc.pid] = None  # another database's backend
+        return kinds[proc.pid]
+
+    def find() -> Iterator[tuple[psutil.Process, str]]:
+        try:
+            children = postmaster.children()
+        except psutil.Error:
+            return
+        for proc in [postmaster, *children]:
+            try:
+                found = "postgres_background" if proc.pid == postmaster.pid else kind(proc)
+            except psutil.Error:
+                continue
+            if found:
+                yield proc, found
+
+    return find
+
+
+def _redis_finder(broker_url: str) -> Finder | None:
+    """The redis-server serving broker_url's port, when it runs on this machine."""
+    url = urlsplit(broker_url)
+    if url.scheme != "redis" or url.hostname not in ("127.0.0.1", "localhost"):
+        return None
+    port = f":{url.port or 6379}"
+    server = next((proc for proc in psutil.process_iter(["name", "cmdline"])
+                   if proc.info["name"] == "redis-server"
+                   and any(port in part for part in proc.info["cmdline"] or ())), None)
+    if server is None:
+        return None
+
+    def find() -> list[tuple[psutil.Process, str]]:
+        return [(server, "redis")]
+
+    return find
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all the machine's cores spent busy (not idle, not waiting on I/O) since
+    boot: everything on the machine, other people's work included."""
+    times = psutil.cpu_times()._asdict()
+    idle = ("idle", "iowait", "guest", "guest_nice")  # guest time is counted in user/nice
+    return float(sum(value for name, value in times.items() if name not in idle))
 
 
 def load_average() -> str:

@@ -1,0 +1,199 @@
+"""`--only scaleout`: does a second `webhooks worker` group (what a second host runs) drain a
+backlog faster, and where does the time go when it stops doing so?
+
+The worker scenario's backlog (scenarios.seed_jobs: N pending invoice.paid jobs) is drained
+by one, then two, then three groups of `webhooks worker` (the Procfile's command, with its
+default processes and threads or --worker-args), each group a process group of its own,
+started side by side against the same database and broker, after a reset and the same
+seeding each time. The clock's wake-ups start the drain, as in the worker scenario.
+
+For each: jobs/s from the wake-ups to the last done mark, and the CPU seconds per job of
+the worker groups, of the benchmark database's Postgres backends, of the Postgres server's
+own processes (WAL writer, checkpointer: they serve every database on the server) and of
+Redis, with the cores each kept busy on average (CPU seconds / wall seconds) beside the
+whole machine's busy cores (other people's work included). When one group and its database
+already keep every core busy, a second group finds no core to run on: the ratio two / one
+then measures the machine, and the CPU per job says what a core more would buy.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchmarks import scenarios, stack
+
+GROUPS = (1, 2, 3)
+JOBS = 20_000
+SMOKE_JOBS = 1_000
+TARGET_TWO_OVER_ONE = 1.6  # the issue's target
+POLL_SECONDS = 0.1  # how often the drain is checked, and the server processes sampled
+# The CPU figures, per job and in cores busy: (key, what it measures).
+CPU_PARTS = (("workers", "worker groups"), ("postgres_backends", "Postgres, this database"),
+             ("postgres_background", "Postgres, server processes"), ("redis", "Redis"))
+
+
+def run(target: stack.Target, plan: scenarios.Plan, jobs: int) -> dict[str, Any]:
+    rows = []
+    for groups in GROUPS:
+        stack.reset(target)
+        scenarios.seed_jobs(target, jobs)
+        rows.append(drain(target, jobs, groups, plan.worker_args, label=f"scaleout-{groups}g"))
+        print_row(rows[-1])
+    stack.reset(target)
+    one = rows[0]["jobs_per_s"]
+    ratios = {f"{groups}_over_1": round(row["jobs_per_s"] / one, 3) if one else None
+              for groups, row in zip(GROUPS, rows, strict=True) if groups > 1}
+    return {"jobs": jobs, "cores": os.cpu_count(),
+            "concurrency_per_group": scenarios._worker_concurrency(plan.worker_args),
+            "worker_args": list(plan.worker_args), "groups": rows, "ratios": ratios,
+            "target_2_over_1": TARGET_TWO_OVER_ONE}
+
+
+def drain(target: stack.Target, jobs: int, groups: int, worker_args: tuple[str, ...],
+          label: str) -> dict[str, Any]:
+    """Start `groups` worker groups, wake them as the clock would, and time the drain of the
+    `jobs` pending jobs already seeded (and then of their emails), sampling every process
+    that works for it."""
+    processes = [stack.start(f"worker-{label}-{n}", ["worker", *worker_args], target)
+                 for n in range(1, groups + 1)]
+    engine = target.engine()
+    try:
+        for process in processes:  # started together: one moment for all to settle
+            scenarios._wait_ready(target.logs / f"{process.name}.log", process, settle=0)
+        time.sleep(1)
+        with engine.connect() as conn:
+            poller, pending = conn.execute(sa.text(
+                "SELECT pg_backend_pid(), (SELECT count(*) FROM jobs WHERE status = 'pending')"
+            )).one()
+            conn.rollback()
+            if pending != jobs:  # a wake-up left in the broker started the drain early
+                raise RuntimeError(f"{pending} pending jobs before the drain, not {jobs}")
+            servers = stack.server_cpu(target, exclude={poller})
+            commits_before = _commits(conn)
+            loadavg = stack.load_average()
+            workers_before = sum(process.cpu_seconds() for process in processes)
+            machine_before = stack.machine_busy_seconds()
+            servers.start()
+            started = time.monotonic()
+            scenarios._sweep_once(target)
+            _wait_none(conn, "jobs", processes, servers, timeout=600)
+            seconds = time.monotonic() - started
+            cpu = {"workers": sum(process.cpu_seconds() for process in processes)
+                   - workers_before, **servers.seconds()}
+            machine = stack.machine_busy_seconds() - machine_before
+            _wait_none(conn, "outbox", processes, servers, timeout=600)
+            emails_seconds = time.monotonic() - started
+            done, failed = conn.execute(sa.text(
+                "SELECT count(*) FILTER (WHERE status = 'done'), "
+                "count(*) FILTER (WHERE status = 'failed') FROM jobs")).one()
+        with ThreadPoolExecutor(len(processes)) as pool:  # they shut down in parallel
+            list(pool.map(stack.stop, processes))
+        commits = _commits_after_disconnect(engine) - commits_before
+    finally:
+        engine.dispose()
+        for process in processes:
+            stack.stop(process)  # after a failure; a no-op for those already stopped
+    return {
+        "groups": groups, "jobs": jobs, "done": done, "failed": failed,
+        "seconds": round(seconds, 2), "jobs_per_s": round(jobs / seconds, 1),
+        "emails_sent_after_s": round(emails_seconds, 2),
+        **{f"{part}_cpu_ms_per_job": round(cpu[part] * 1000 / jobs, 3) if part in cpu else None
+           for part, _ in CPU_PARTS},
+        **{f"{part}_cores": round(cpu[part] / seconds, 2) if part in cpu else None
+           for part, _ in CPU_PARTS},
+        "measured_cores": round(sum(cpu.values()) / seconds, 2),
+        "commits_per_job": round(commits / jobs, 3),
+        "machine_busy_cores": round(machine / seconds, 2), "load_average": loadavg,
+    }
+
+
+def _commits(conn: sa.Connection) -> int:
+    """Transactions committed in the benchmark database so far (the poller only reads and
+    rolls back: what commits is the workers' batches, their emails and the clock's sweep)."""
+    count = conn.execute(sa.text("SELECT xact_commit FROM pg_stat_database "
+                                 "WHERE datname = current_database()")).scalar_one()
+    conn.rollback()  # the next read sees fresh statistics
+    return int(count)
+
+
+def _commits_after_disconnect(engine: sa.Engine, timeout: float = 10) -> int:
+    """_commits() once the stopped workers' connections have closed: a backend reports its
+    last commits to the statistics when it exits (or after a second, when busy)."""
+    deadline = time.monotonic() + timeout
+    with engine.connect() as conn:
+        while conn.execute(sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()")).scalar_one() and time.monotonic() < deadline:
+            conn.rollback()
+            time.sleep(0.1)
+        conn.rollback()
+        return _commits(conn)
+
+
+def _wait_none(conn: sa.Connection, table: str, processes: list[stack.Process],
+               servers: stack.ServerCpu, timeout: float) -> None:
+    """Until `table` has no pending row. The check reads the pending rows' partial index
+    (a count of done rows would read the table ten times a second, on the measured
+    cores); the servers are sampled in between, so that no connection's CPU is lost."""
+    pending = sa.text(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE status = 'pending')")
+    deadline = time.monotonic() + timeout
+    while conn.execute(pending).scalar_one():
+        conn.rollback()
+        servers.sample()
+        if any(process.popen.poll() is not None for process in processes):
+            raise RuntimeError(f"a worker group exited: see {processes[0].name}.log and "
+                               "the others in the logs folder")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{table} still had pending rows after {timeout} s")
+        time.sleep(POLL_SECONDS)
+    conn.rollback()
+
+
+def print_row(row: dict[str, Any]) -> None:
+    """One drain, as it finishes."""
+    print(f"  {row['groups']} group(s)  {row['jobs_per_s']:9.1f} jobs/s  drained "
+          f"{row['jobs']:,} in {row['seconds']} s  (emails sent after "
+          f"{row['emails_sent_after_s']} s; done {row['done']:,}, failed {row['failed']}; "
+          f"load {row['load_average']})", flush=True)
+    parts = ", ".join(f"{what} {_cell(row, part)}" for part, what in CPU_PARTS)
+    print(f"      CPU ms/job (cores busy): {parts}; measured {row['measured_cores']} cores, "
+          f"machine {row['machine_busy_cores']} cores busy; "
+          f"{row['commits_per_job']} commits/job", flush=True)
+
+
+def _cell(row: dict[str, Any], part: str) -> str:
+    per_job = row.get(f"{part}_cpu_ms_per_job")
+    return "n/a" if per_job is None else f"{per_job} ({row[f'{part}_cores']})"
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    one = result["groups"][0]
+    print(f"scaleout  {result['jobs']:,} invoice jobs, groups of concurrency "
+          f"{result['concurrency_per_group']}, on {result['cores']} cores")
+    for row in result["groups"]:
+        print(f"  {row['groups']} group(s)  {row['jobs_per_s']:9.1f} jobs/s  "
+              f"CPU ms/job: workers {row['workers_cpu_ms_per_job']}, Postgres "
+              f"{_sum(row, 'postgres_backends', 'postgres_background')}; "
+              f"{row['measured_cores']} cores busy (machine {row['machine_busy_cores']})")
+    for name, ratio in result["ratios"].items():
+        groups = name.split("_")[0]
+        target = (f"  (target >= {result['target_2_over_1']})" if groups == "2" else "")
+        print(f"  ratio {groups} groups / 1 group: {ratio}{target}")
+    print(f"  at one group the workers and Postgres kept {_cores(one)} of the "
+          f"{result['cores']} cores busy")
+
+
+def _sum(row: dict[str, Any], *parts: str) -> str:
+    values = [row[f"{part}_cpu_ms_per_job"] for part in parts]
+    return "n/a" if None in values else f"{sum(values):.3f}"
+
+
+def _cores(row: dict[str, Any]) -> str:
+    values = [row[f"{part}_cores"] for part in ("workers", "postgres_backends",
+                                                "postgres_background")]
+    return "?" if None in values else f"{sum(values):.2f}"
