@@ -17,8 +17,9 @@ from sqlalchemy.engine import Engine
 from shared import db, tracing, wakeups
 from shared.logs import configure_logging
 from shared.settings import Settings
-from worker import handlers, jobs, outbox
+from worker import handlers, jobs, outbox, shutdown
 
+shutdown.tolerate_group_sigterm()  # imported in each worker process, after Dramatiq's handler
 settings = Settings.from_env()
 configure_logging(settings)
 tracing.configure(tracing.WORKER_SERVICE)  # in each worker process (this import runs in each)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -102,3 +104,34 @@ def test_end_to_end_through_web_worker_and_broker(
     finally:
         processes.stop(worker)
     assert scalar(clean_db, "SELECT balance FROM accounts WHERE customer_id = 'cus_e2e'") == 700
+
+
+def test_sigterm_to_the_whole_group_lets_the_batch_in_flight_finish(
+    settings: Settings, clean_db: Engine, tmp_path: Path
+) -> None:
+    """As Heroku and systemd stop a worker: SIGTERM to every process of its group at once.
+    Each worker process gets it twice (its own, and the copy Dramatiq's main process
+    forwards, which on a busy machine arrives a little later: sent again here after 0.2 s);
+    the job in flight still commits before the process exits, instead of rolling back."""
+    event = factories.stripe_event("test.slow_credit", {"customer": "cus_term"})
+    factories.insert_event_and_job(clean_db, event)
+    log = tmp_path / "processes.log"
+    clock = processes.start(["clock"], env_for(settings), log)
+    worker = processes.start(["worker", "--processes", "1", "--threads", "1"],
+                             env_for(settings, TEST_HANDLER_SLEEP="3"), log)
+    try:
+        processes.wait_until(lambda: scalar(
+            clean_db, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'"
+        ), timeout=60)
+        children = psutil.Process(worker.pid).children()
+        os.killpg(worker.pid, signal.SIGTERM)
+        time.sleep(0.2)
+        for child in children:
+            os.kill(child.pid, signal.SIGTERM)
+        assert worker.wait(40) == 0
+    finally:
+        processes.stop(clock)
+        processes.stop(worker, signal.SIGKILL)
+    assert "Killing worker process" not in log.read_text(errors="replace")
+    assert scalar(clean_db, "SELECT status FROM jobs") == "done"
+    assert scalar(clean_db, "SELECT balance FROM accounts WHERE customer_id = 'cus_term'") == 100
