@@ -2,8 +2,8 @@
 its own SQL (the statements below carry its guarantees; each says why it is safe).
 
 Money is in integer minor units; accounts are per (customer, currency). Every handler
-locks the customer's account row first (AccountLock), so transactions that touch the
-same money queue behind each other instead of deadlocking.
+locks the customer's account row first (AccountLock, or LedgerBook's first step), so
+transactions that touch the same money queue behind each other instead of deadlocking.
 """
 
 from __future__ import annotations
@@ -24,21 +24,43 @@ AccountLock = text("""
     RETURNING balance
 """)
 
-# UNIQUE (entry_key): a business fact (an invoice credit, a refund level) is booked once,
-# and the balance moves only by the entry this very statement inserted: both or neither.
-# One statement, one round trip; run after AccountLock, which holds the account row.
+# The account lock, the entry and the balance in one statement, one round trip, in
+# AccountLock's order. `account` locks the account row, or creates it: ON CONFLICT DO UPDATE
+# locks the row it conflicts with (waiting for its holder, even for a row committed after
+# this statement began), and WHERE false keeps that lock without writing a new version of
+# the row, which `moved` could then not update. `entry` reads `account` to its end, so it
+# runs after the lock. UNIQUE (entry_key): a business fact (an invoice credit, a refund
+# level) is booked once, and `moved` moves the balance only by the entry this very
+# statement inserted. `moved` sees the account row only if it was visible when the
+# statement began: when booked and not moved (the account is new, or was committed while
+# this statement waited for it), AccountMove moves the balance, in the same transaction
+# and under the same lock.
 LedgerBook = text("""
-    WITH entry AS (
+    WITH account AS (
+        INSERT INTO accounts (customer_id, currency) VALUES (:customer_id, :currency)
+        ON CONFLICT (customer_id, currency) DO UPDATE SET updated_at = now() WHERE false
+        RETURNING 1
+    ), entry AS (
         INSERT INTO ledger_entries
             (customer_id, currency, amount, provider, event_id, entry_key, kind, reference)
-        VALUES
-            (:customer_id, :currency, :amount, :provider, :event_id, :entry_key, :kind,
-             :reference)
+        SELECT :customer_id, :currency, :amount, :provider, :event_id, :entry_key, :kind,
+               :reference
+        FROM (SELECT count(*) FROM account) AS locked
         ON CONFLICT (entry_key) DO NOTHING
         RETURNING amount
+    ), moved AS (
+        UPDATE accounts SET balance = balance + entry.amount, updated_at = now()
+        FROM entry
+        WHERE customer_id = :customer_id AND currency = :currency
+        RETURNING balance
     )
-    UPDATE accounts SET balance = balance + entry.amount, updated_at = now()
-    FROM entry
+    SELECT EXISTS (SELECT FROM entry) AS booked, EXISTS (SELECT FROM moved) AS moved
+""")
+
+# LedgerBook's balance move, for an account its statement could not see; run in the same
+# transaction, which holds the account row since LedgerBook.
+AccountMove = text("""
+    UPDATE accounts SET balance = balance + :amount, updated_at = now()
     WHERE customer_id = :customer_id AND currency = :currency
     RETURNING balance
 """)
@@ -144,16 +166,20 @@ def _book(
     ctx: JobContext, customer: str, currency: str, amount: int, *, kind: str, reference: str,
     entry_key: str,
 ) -> bool:
-    """Lock the account, then book the entry once per entry_key and move the balance by it
-    (one statement: both or neither). False if the entry was booked before."""
+    """Lock the account, book the entry once per entry_key and move the balance by it: one
+    round trip (LedgerBook), two when the account was new to it (AccountMove). False if the
+    entry was booked before."""
     account = {"customer_id": customer, "currency": currency}
-    ctx.fetch(AccountLock, account)
-    booked = ctx.fetch(
+    row = ctx.fetch(
         LedgerBook,
         {**account, "amount": amount, "provider": ctx.provider, "event_id": ctx.event_id,
          "entry_key": entry_key, "kind": kind, "reference": reference},
     )
-    return booked is not None
+    booked, moved = row or (False, False)
+    if booked and not moved and ctx.fetch(AccountMove, {**account, "amount": amount}) is None:
+        # Impossible: LedgerBook locked or created the row; refuse to commit if it happens.
+        raise RuntimeError(f"account {customer} {currency} vanished under its lock")
+    return bool(booked)
 
 
 def _object(ctx: JobContext) -> dict[str, Any]:
