@@ -1,8 +1,9 @@
 -- A batch of invoice jobs as worker/jobs.py applies it, in one transaction: one claim of
 -- up to :batch due jobs (queries.JobClaimDue; their fields gathered into arrays, in the
--- customer order the worker runs them in), the Stripe handler's AccountLock, LedgerBook
--- and OutboxInsert for each job K (the block between the markers, repeated with K = 1..N
--- by benchmarks/pgbench.py), and one queries.JobMarkDoneMany for them all.
+-- customer order the worker runs them in), the Stripe handler's LedgerBook (and its
+-- AccountMove for an account new to that statement) and OutboxInsert for each job K (the
+-- block between the markers, repeated with K = 1..N by benchmarks/pgbench.py), and one
+-- queries.JobMarkDoneMany for them all.
 SELECT array_agg(j.id ORDER BY c.customer, j.id) AS ids,
        array_agg(j.event_id ORDER BY c.customer, j.id) AS event_ids,
        array_agg(c.invoice ORDER BY c.customer, j.id) AS invoices,
@@ -24,25 +25,35 @@ WHERE j.id IN (
     FOR UPDATE SKIP LOCKED
 ) \gset
 -- job
-INSERT INTO accounts (customer_id, currency)
-VALUES ((CAST(:customers AS text[]))[K], (CAST(:currencies AS text[]))[K])
-ON CONFLICT (customer_id, currency) DO UPDATE SET updated_at = now()
-RETURNING balance;
-WITH entry AS (
+WITH account AS (
+    INSERT INTO accounts (customer_id, currency)
+    VALUES ((CAST(:customers AS text[]))[K], (CAST(:currencies AS text[]))[K])
+    ON CONFLICT (customer_id, currency) DO UPDATE SET updated_at = now() WHERE false
+    RETURNING 1
+), entry AS (
     INSERT INTO ledger_entries
         (customer_id, currency, amount, provider, event_id, entry_key, kind, reference)
-    VALUES ((CAST(:customers AS text[]))[K], (CAST(:currencies AS text[]))[K],
-            (CAST(:amounts AS bigint[]))[K], 'stripe', (CAST(:event_ids AS text[]))[K],
-            'invoice:' || (CAST(:invoices AS text[]))[K], 'invoice',
-            (CAST(:invoices AS text[]))[K])
+    SELECT (CAST(:customers AS text[]))[K], (CAST(:currencies AS text[]))[K],
+           (CAST(:amounts AS bigint[]))[K], 'stripe', (CAST(:event_ids AS text[]))[K],
+           'invoice:' || (CAST(:invoices AS text[]))[K], 'invoice',
+           (CAST(:invoices AS text[]))[K]
+    FROM (SELECT count(*) FROM account) AS locked
     ON CONFLICT (entry_key) DO NOTHING
     RETURNING amount
+), moved AS (
+    UPDATE accounts SET balance = balance + entry.amount, updated_at = now()
+    FROM entry
+    WHERE customer_id = (CAST(:customers AS text[]))[K]
+      AND currency = (CAST(:currencies AS text[]))[K]
+    RETURNING balance
 )
-UPDATE accounts SET balance = balance + entry.amount, updated_at = now()
-FROM entry
+SELECT (EXISTS (SELECT FROM entry) AND NOT EXISTS (SELECT FROM moved))::int AS move \gset
+\if :move
+UPDATE accounts SET balance = balance + (CAST(:amounts AS bigint[]))[K], updated_at = now()
 WHERE customer_id = (CAST(:customers AS text[]))[K]
   AND currency = (CAST(:currencies AS text[]))[K]
 RETURNING balance;
+\endif
 INSERT INTO outbox
     (idempotency_key, kind, to_address, subject, text_body, html_body, provider, event_id)
 VALUES ('receipt:' || (CAST(:invoices AS text[]))[K], 'receipt', (CAST(:emails AS text[]))[K],
