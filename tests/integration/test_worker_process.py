@@ -28,6 +28,12 @@ def scalar(engine: Engine, sql: str) -> object:
         return conn.execute(sa.text(sql)).scalar()
 
 
+def handler_sleeping(engine: Engine) -> bool:
+    """tests/handlers_for_tests.py's slow_credit has written and holds its transaction open."""
+    return bool(scalar(
+        engine, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'"))
+
+
 def test_worker_killed_mid_transaction_loses_nothing_and_applies_once(
     settings: Settings, clean_db: Engine, tmp_path: Path
 ) -> None:
@@ -39,14 +45,10 @@ def test_worker_killed_mid_transaction_loses_nothing_and_applies_once(
                              env_for(settings, TEST_HANDLER_SLEEP="60"), log)
     try:
         # The handler's UPDATE is in, its transaction open and sleeping: kill -9 now.
-        processes.wait_until(lambda: scalar(
-            clean_db, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'"
-        ), timeout=60)
+        processes.wait_until(lambda: handler_sleeping(clean_db), timeout=60)
         os.killpg(doomed.pid, signal.SIGKILL)
         doomed.wait(10)
-        processes.wait_until(lambda: not scalar(
-            clean_db, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'"
-        ), timeout=30)
+        processes.wait_until(lambda: not handler_sleeping(clean_db), timeout=30)
         assert scalar(clean_db, "SELECT status FROM jobs") == "pending"
         assert scalar(clean_db, "SELECT count(*) FROM accounts") == 0  # rolled back
         survivor = processes.start(["worker", "--processes", "1", "--threads", "2"],
@@ -120,9 +122,7 @@ def test_sigterm_to_the_whole_group_lets_the_batch_in_flight_finish(
     worker = processes.start(["worker", "--processes", "1", "--threads", "1"],
                              env_for(settings, TEST_HANDLER_SLEEP="3"), log)
     try:
-        processes.wait_until(lambda: scalar(
-            clean_db, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'"
-        ), timeout=60)
+        processes.wait_until(lambda: handler_sleeping(clean_db), timeout=60)
         children = psutil.Process(worker.pid).children()
         os.killpg(worker.pid, signal.SIGTERM)
         time.sleep(0.2)
