@@ -3,21 +3,23 @@ delivered, beside the delivery path's rate in the same run.
 
 - delivery path: `webhooks web` at the ingest scenario's concurrency (closed loop), acked/s;
 - reconciliation: the fake Stripe API (tests/fakes/provider_apis.py, real HTTP) holding N
-  invoice events none of which was delivered, and the real `webhooks reconcile stripe`
-  process recording them all: events recorded per second of its run (listing included),
-  and the same for a second run that finds them all recorded.
+  `invoice.paid` events built from Stripe's published invoice (about 6 KB each, decimal
+  strings included), none of which was delivered, and one older event (the forward
+  paging's anchor), and the real `webhooks reconcile stripe` process recording them all:
+  events recorded per second of its run (listing included), and the same for a second run
+  that finds them all recorded.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
 from typing import Any
 
 from benchmarks import load, stack
-from benchmarks.events import invoice_body
+from benchmarks.events import CUSTOMERS
+from tests.fakes import provider_events
 from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
 
 EVENTS = 10_000
@@ -34,7 +36,9 @@ def run(target: stack.Target, *, events: int, connections: int, seconds: float,
     stack.reset(target)
     created = int(time.time()) - 3600
     with FakeProviderApis() as api:
-        api.state.stripe_events = [_event(n, created) for n in range(events)]
+        older = _event(events, created - 7 * 86_400)  # before the 72-hour window
+        api.state.stripe_events = [_event(n, created + n // 10) for n in range(events)]
+        api.state.stripe_events.append(older)
         first = _reconcile(target, api.url)
         second = _reconcile(target, api.url)
     rate = first["recorded"] / first["seconds"] if first["seconds"] else 0.0
@@ -47,9 +51,11 @@ def run(target: stack.Target, *, events: int, connections: int, seconds: float,
 
 
 def _event(n: int, created: int) -> dict[str, Any]:
-    event: dict[str, Any] = json.loads(invoice_body(f"evt_missed_{n}", n))
-    event["created"] = created + n // 10
-    return event
+    invoice = provider_events.stripe_object(
+        "invoice", id=f"in_missed_{n}", customer=f"cus_{n % CUSTOMERS}", amount_paid=1999,
+        amount_due=1999, status="paid", customer_email="buyer@example.com")
+    return provider_events.stripe_event("invoice.paid", invoice, event_id=f"evt_missed_{n}",
+                                        created=created)
 
 
 def _reconcile(target: stack.Target, api_url: str) -> dict[str, Any]:

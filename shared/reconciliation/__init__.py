@@ -3,17 +3,21 @@ delivered, through the same operation as a delivery (shared.recording.record_eve
 transaction, ON CONFLICT dedup, a wake-up after commit). A delivery and a reconciliation
 of one event, in either order or at the same moment, make one event row and one job.
 
-Each provider module (stripe, paddle, github) lists its events since a time as Listings,
-and fetches a listed event's payload (GitHub needs a second request per delivery; Stripe
-and Paddle list whole events). Events are recorded oldest first, so handlers that order
-by `created` see history in order. An API error (4xx, 5xx, timeout) ends the run with
-ReconcileFailed; what was recorded before it stays recorded.
+Each provider module (stripe, paddle, github) lists its events since a time, a page of
+Listings at a time, and fetches a listed event's payload (GitHub needs a second request
+per delivery; Stripe and Paddle list whole events). Each page is recorded before the next
+is asked for, so an API error (4xx, 5xx, timeout) that ends the run with ReconcileFailed
+keeps every page before it, and a run that keeps failing late still moves forward. Pages
+come oldest first where the API can page that way (Stripe forward in time from the
+window's start, Paddle in ascending id order); GitHub lists newest first only. Within a
+page, events are recorded oldest first. The payload recorded is the JSON the API served:
+every number and string as served (Stripe's `*_decimal` fields stay strings).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -60,7 +64,9 @@ class Fetched:
 class Source(Protocol):
     """A provider's event API."""
 
-    def listings(self, since: datetime) -> Iterable[Listing]: ...
+    def pages(self, since: datetime) -> Iterable[list[Listing]]:
+        """The events created since `since`, a page (one API answer) at a time."""
+        ...
 
     def fetch(self, listing: Listing) -> Fetched: ...
 
@@ -120,21 +126,24 @@ def configured(settings: Settings) -> list[str]:
 def reconcile(engine: Engine, source: Source, provider: str, since: datetime, *,
               dry_run: bool = False, wake: Callable[[list[int]], object] | None = None,
               ) -> Result:
-    """List the provider's events since `since` and record each one not yet recorded,
-    oldest first. `engine` is an autocommit engine (as the ingest's); `wake` sends the
-    wake-ups for the new jobs. Raises ReconcileFailed on an API error, after recording
-    what it had: result.recorded counts it (attached to the error as .result)."""
+    """List the provider's events since `since` and record each one not yet recorded, page
+    by page as the API answers, each page oldest first. `engine` is an autocommit engine
+    (as the ingest's); `wake` sends the wake-ups for the new jobs. Raises ReconcileFailed
+    on an API error, after recording every page before it: result.recorded counts them
+    (attached to the error as .result)."""
     result = Result(provider, since)
+    seen: set[str] = set()
     try:
-        listings = sorted(_unique(source.listings(since)), key=lambda item: item.created)
-        result.listed = len(listings)
-        recorded = _recorded(engine, provider, [item.event_id for item in listings])
-        missing = [item for item in listings if item.event_id not in recorded]
-        result.already = result.listed - len(missing)
-        if dry_run:
-            result.would_record = missing
-            return result
-        _record(engine, source, provider, missing, result, wake)
+        for page in source.pages(since):
+            listings = sorted(_unique(page, seen), key=lambda item: item.created)
+            result.listed += len(listings)
+            recorded = _recorded(engine, provider, [item.event_id for item in listings])
+            missing = [item for item in listings if item.event_id not in recorded]
+            result.already += len(listings) - len(missing)
+            if dry_run:
+                result.would_record.extend(missing)
+            else:
+                _record(engine, source, provider, missing, result, wake)
     except ReconcileFailed as error:
         result.error = str(error)
         error.result = result  # type: ignore[attr-defined]
@@ -142,9 +151,9 @@ def reconcile(engine: Engine, source: Source, provider: str, since: datetime, *,
     return result
 
 
-def _unique(listings: Iterable[Listing]) -> Iterable[Listing]:
-    """Each event once (GitHub lists a redelivery under its original's guid)."""
-    seen: set[str] = set()
+def _unique(listings: Iterable[Listing], seen: set[str]) -> Iterator[Listing]:
+    """Each event once in a run (GitHub lists a redelivery under its original's guid;
+    pages of a list that moved while it was read may overlap)."""
     for listing in listings:
         if listing.event_id not in seen:
             seen.add(listing.event_id)
@@ -153,6 +162,8 @@ def _unique(listings: Iterable[Listing]) -> Iterable[Listing]:
 
 def _recorded(engine: Engine, provider: str, event_ids: Sequence[str]) -> set[str]:
     found: set[str] = set()
+    if not event_ids:
+        return found
     with db.transaction(engine) as conn:
         for start in range(0, len(event_ids), CHECK_BATCH):
             found.update(db.fetch_scalars_in(conn, queries.EventIdsRecorded, {
@@ -171,7 +182,7 @@ def _record(engine: Engine, source: Source, provider: str, missing: list[Listing
                 event_type, payload = fetched.event_type, fetched.payload
             done = record_event(engine, provider, listing.event_id, event_type, payload,
                                 via=ReceivedVia.RECONCILE)
-            if done.duplicate:  # a delivery landed since the list was read
+            if done.duplicate:  # a delivery landed since the page was read
                 result.already += 1
                 continue
             result.recorded += 1

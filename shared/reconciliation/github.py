@@ -1,6 +1,8 @@
 """GitHub: for each hook in GITHUB_HOOKS, `GET /<hook>/deliveries` (100 a page, paginated
-by the Link header), newest first; a delivery's event id is its `guid`, which every
-redelivery of it shares. Only the deliveries whose guid is not recorded are fetched
+by the Link header), newest first: the API has no other order, so each page is recorded
+as it comes (its deliveries oldest first) and the listing stops at the first delivery
+older than the window. A delivery's event id is its `guid`, which every redelivery of it
+shares. Only the deliveries whose guid is not recorded are fetched
 (`GET /<hook>/deliveries/<id>`): the event type is the request's X-GitHub-Event header
 and the payload the request's payload."""
 
@@ -24,11 +26,11 @@ class GitHubDeliveries:
         self._base = api_base.rstrip("/")
         self._hooks = hooks
 
-    def listings(self, since: datetime) -> Iterator[Listing]:
+    def pages(self, since: datetime) -> Iterator[list[Listing]]:
         for hook in self._hooks:
-            yield from self._hook_listings(hook, since)
+            yield from self._hook_pages(hook, since)
 
-    def _hook_listings(self, hook: str, since: datetime) -> Iterator[Listing]:
+    def _hook_pages(self, hook: str, since: datetime) -> Iterator[list[Listing]]:
         url: str | None = f"{self._base}/{hook}/deliveries"
         params: dict[str, Any] | None = {"per_page": PAGE}
         while url:
@@ -38,11 +40,11 @@ class GitHubDeliveries:
                 raise ReconcileFailed(f"GitHub: {error}") from None
             params = None  # the Link URL carries them
             url = response.links.get("next", {}).get("url")
-            for delivery in deliveries:
-                listing = _listing(hook, delivery)
-                if listing.created < since:
-                    return  # newest first: the rest are older still
-                yield listing
+            listings = [_listing(hook, delivery) for delivery in deliveries]
+            within = [listing for listing in listings if listing.created >= since]
+            yield within
+            if len(within) < len(listings):
+                return  # newest first: the rest are older still
 
     def fetch(self, listing: Listing) -> Fetched:
         try:

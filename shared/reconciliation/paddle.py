@@ -1,6 +1,8 @@
-"""Paddle Billing: `GET /events` (Bearer PADDLE_API_KEY), paginated by
-`meta.pagination.next` (a full URL). Each item is an event as Paddle delivers it
-(`event_id`, `event_type`, `occurred_at`, `data`); those older than `since` are skipped."""
+"""Paddle Billing: `GET /events` (Bearer PADDLE_API_KEY) in ascending id order
+(`order_by=id[ASC]`: Paddle's ids grow with time, so oldest first), paginated by
+`meta.pagination.next` (a full URL). The list has no time filter: it starts at the oldest
+event Paddle keeps, and those older than `since` are skipped. Each item is an event as
+Paddle delivers it (`event_id`, `event_type`, `occurred_at`, `data`), recorded as served."""
 
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ class PaddleEvents:
                                    "Accept": "application/json"})
         self._base = api_base.rstrip("/")
 
-    def listings(self, since: datetime) -> Iterator[Listing]:
+    def pages(self, since: datetime) -> Iterator[list[Listing]]:
         url: str | None = f"{self._base}/events"
-        params: dict[str, Any] | None = {"per_page": PAGE}
+        params: dict[str, Any] | None = {"order_by": "id[ASC]", "per_page": PAGE}
         while url:
             try:
                 body, _ = http.get_json(self._http, url, params)
@@ -34,10 +36,8 @@ class PaddleEvents:
             except (KeyError, TypeError):
                 raise ReconcileFailed("Paddle: /events answered without data or meta") from None
             params = None  # the next URL carries them
-            for event in events:
-                listing = _listing(event)
-                if listing.created >= since:
-                    yield listing
+            listings = [_listing(event) for event in events]
+            yield [listing for listing in listings if listing.created >= since]
 
     def fetch(self, listing: Listing) -> Fetched:
         raise AssertionError("Paddle's list carries whole events")

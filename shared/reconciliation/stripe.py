@@ -1,6 +1,18 @@
-"""Stripe: `GET /v1/events` through the `stripe` library (created[gte], 100 a page,
-starting_after), the same event objects Stripe delivers. The library retries 5xx and
-connection errors; a 429 is retried here after its Retry-After (or a backoff)."""
+"""Stripe: `GET /v1/events` through the `stripe` library, the same event objects Stripe
+delivers, paged forward in time from the window's start.
+
+Stripe lists newest first; `ending_before=ID` answers the page of events just newer than
+ID, so paging with it from an event older than the window walks the window oldest first.
+That anchor is the newest event created before the window (`created[lt]`, one request).
+When Stripe has none (the window reaches back past the oldest event Stripe keeps), the
+window is paged newest first with `starting_after` instead: every page is still recorded
+as it arrives.
+
+The payload recorded is each event's JSON as the response carried it: the list is read
+with the library's `raw_request` (its authentication, retries and errors), not turned
+into the library's objects, which make `*_decimal` strings Decimals (not what Stripe
+sent) and cost more than the JSON itself. The library retries 5xx and connection errors; a 429 is
+retried here after its Retry-After (or a backoff)."""
 
 from __future__ import annotations
 
@@ -8,6 +20,7 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import stripe as stripe_sdk
 
@@ -24,36 +37,71 @@ class StripeEvents:
         self._client = stripe_sdk.StripeClient(
             api_key, base_addresses={"api": api_base}, max_network_retries=NETWORK_RETRIES)
 
-    def listings(self, since: datetime) -> Iterator[Listing]:
-        after: str | None = None
+    def pages(self, since: datetime) -> Iterator[list[Listing]]:
+        start = int(since.timestamp())
+        anchor = self._anchor(start)
+        forward = anchor is not None
+        cursor = anchor
         while True:
-            params: dict[str, object] = {"created": {"gte": int(since.timestamp())},
-                                         "limit": PAGE}
-            if after:
-                params["starting_after"] = after
-            page = self._page(params)
-            for event in page.data:
-                yield Listing(event_id=event.id, event_type=event.type,
-                              created=datetime.fromtimestamp(event.created, UTC),
-                              payload=json.dumps(event.to_dict()).encode())
-            if not page.has_more or not page.data:
+            params: dict[str, Any] = {"created": {"gte": start}, "limit": PAGE}
+            if cursor is not None:
+                params["ending_before" if forward else "starting_after"] = cursor
+            events, has_more = self._page(params)
+            if forward:
+                events.reverse()  # a page is newest first; forward, it is read oldest first
+            listings = [_listing(event) for event in events]
+            yield [item for item in listings if item.created >= since]
+            if not has_more or not events:
                 return
-            after = page.data[-1].id
+            following = events[-1]["id"]
+            if following == cursor:
+                raise ReconcileFailed("Stripe: the event list did not advance past "
+                                      f"{cursor}")
+            cursor = following
 
     def fetch(self, listing: Listing) -> Fetched:
         raise AssertionError("Stripe's list carries whole events")
 
-    def _page(self, params: dict[str, object]) -> stripe_sdk.ListObject:  # type: ignore[type-arg]
+    def _anchor(self, start: int) -> str | None:
+        """The newest event created before the window, or None."""
+        events, _ = self._page({"created": {"lt": start}, "limit": 1})
+        if events and isinstance(events[0].get("created"), int) and events[0]["created"] < start:
+            return str(events[0]["id"])
+        return None
+
+    def _page(self, params: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+        """One list request: its events as the response's JSON carried them, and has_more."""
         for attempt in range(RATE_LIMIT_RETRIES + 1):
             try:
-                return self._client.v1.events.list(params=params)  # type: ignore[arg-type]
+                response = self._client.raw_request("get", "/v1/events", **params)
             except stripe_sdk.RateLimitError as error:
                 if attempt == RATE_LIMIT_RETRIES:
                     raise ReconcileFailed(f"Stripe: rate limited: {error}") from None
                 time.sleep(_retry_after(error.headers, attempt))
+                continue
             except stripe_sdk.StripeError as error:
                 raise ReconcileFailed(f"Stripe: {type(error).__name__}: {error}") from None
+            return _served(response)
         raise AssertionError("unreachable")
+
+
+def _served(response: Any) -> tuple[list[dict[str, Any]], bool]:
+    try:
+        events, has_more = response.data["data"], response.data.get("has_more", False)
+    except (AttributeError, KeyError, TypeError):
+        raise ReconcileFailed("Stripe: /v1/events answered without a list") from None
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise ReconcileFailed("Stripe: /v1/events answered without a list")
+    return events, bool(has_more)
+
+
+def _listing(event: dict[str, Any]) -> Listing:
+    try:
+        return Listing(event_id=str(event["id"]), event_type=str(event["type"]),
+                       created=datetime.fromtimestamp(int(event["created"]), UTC),
+                       payload=json.dumps(event).encode())
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise ReconcileFailed("Stripe: an event without id, type or created") from None
 
 
 def _retry_after(headers: object, attempt: int) -> float:

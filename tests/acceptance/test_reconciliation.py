@@ -2,8 +2,9 @@
 and applied exactly once, however reconciliation and late deliveries interleave.
 
 The provider is a fake Stripe API over HTTP (tests/fakes/provider_apis.py) holding every
-event; 70% of them are delivered to the real `web` while the real `webhooks reconcile`
-runs, and the real `clock` reconciles too."""
+event, as Stripe's API serves it (each laid over Stripe's published object of its type:
+decimal strings, nested lists, nulls); 70% of them are delivered to the real `web` while
+the real `webhooks reconcile` runs, and the real `clock` reconciles too."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.acceptance import checks, senders
 from tests.acceptance.harness import ROOT, Service, System
 from tests.acceptance.world import World
 from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
+from tests.fakes.provider_events import dress_stripe
 
 EVENTS = 1000
 DELIVERED = 0.7
@@ -51,7 +53,8 @@ def reconcile(system: System, api: FakeProviderApis,
 def test_reconciliation_and_late_deliveries_apply_every_event_once(  # type: ignore[no-untyped-def]
         fresh: System, stripe_api: FakeProviderApis) -> None:
     world = stripe_world(9001, EVENTS)
-    stripe_api.state.stripe_events = [json.loads(event.body) for event in world.events]
+    stripe_api.state.stripe_events = [dress_stripe(json.loads(event.body))
+                                      for event in world.events]
     delivered = world.rng.sample(world.events, int(len(world.events) * DELIVERED))
     plans = senders.spread(world.deliveries(delivered, 1, 2), 6)
     env = {**fresh.env(), "STRIPE_API_KEY": STRIPE_KEY, "STRIPE_API_BASE": stripe_api.url}
@@ -82,7 +85,8 @@ def test_reconciliation_and_late_deliveries_apply_every_event_once(  # type: ign
 def test_the_clock_reconciles_and_an_api_outage_delays_it(  # type: ignore[no-untyped-def]
         fresh: System, stripe_api: FakeProviderApis, tmp_path) -> None:
     world = stripe_world(9002, 120)
-    stripe_api.state.stripe_events = [json.loads(event.body) for event in world.events]
+    stripe_api.state.stripe_events = [dress_stripe(json.loads(event.body))
+                                      for event in world.events]
     stripe_api.state.fail_after = 0  # the API is down when the clock first tries
     env = {**fresh.env(), "STRIPE_API_KEY": STRIPE_KEY, "STRIPE_API_BASE": stripe_api.url,
            "RECONCILE_INTERVAL_SECONDS": "2"}

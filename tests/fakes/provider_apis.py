@@ -1,15 +1,22 @@
 """Fake provider APIs over real HTTP, for the reconciliation tests: the parts of each
-provider's event API that reconciliation reads, with the providers' JSON shapes and
-pagination, as their API references describe them.
+provider's event API that reconciliation reads, with the providers' JSON shapes, ordering
+and pagination as their API references describe them. What they serve is built from the
+providers' published fixtures (tests/fakes/provider_events.py); the tests drive this fake
+through the official `stripe` client, as production does.
 
-    Stripe   GET /v1/events?created[gte]=T&limit=N&starting_after=ID
-             -> {object: "list", data: [events, newest first], has_more, url}
-    Paddle   GET /events?per_page=N[&after=ID]
-             -> {data: [events, oldest first], meta: {pagination: {per_page, next,
-                 has_more, estimated_total}}}
-    GitHub   GET /<hook>/deliveries?per_page=N[&cursor=C]  -> [deliveries, newest first],
-             with a `Link: <...>; rel="next"` header while more remain
-             GET /<hook>/deliveries/<id>  -> {id, guid, event, request: {headers, payload}}
+    Stripe   GET /v1/events?created[gte|gt|lte|lt]=T&limit=N
+                 [&starting_after=ID | &ending_before=ID]
+             -> {object: "list", data: [events, newest first], has_more, url}; with
+                starting_after the page is the N events older than ID, with ending_before
+                the N events newer than ID (still newest first), has_more counting in
+                the direction of paging; an unknown cursor is a 404 resource_missing
+    Paddle   GET /events?per_page=N[&after=ID][&order_by=id[ASC]|id[DESC]]
+             -> {data: [events in id order, ascending unless asked], meta: {request_id,
+                 pagination: {per_page, next, has_more, estimated_total}}}
+    GitHub   GET /<hook>/deliveries?per_page=N[&cursor=C]  -> [deliveries, newest first,
+             in the `hook-delivery-items` shape], with a `Link: <...>; rel="next"` header
+             while more remain
+             GET /<hook>/deliveries/<id>  -> the whole delivery (`hook-delivery`)
 
 Every request must carry the credentials (Stripe: Bearer of the key; Paddle: Bearer;
 GitHub: Bearer token); others get 401. Faults, each consumed per request:
@@ -18,7 +25,7 @@ GitHub: Bearer token); others get 401. Faults, each consumed per request:
     fail_after     after this many more successful requests, every request: 500
                    (until fail_after is set to None again)
 
-In-process: `with FakeProviderApis() as fake: fake.stripe_events = [...]`.
+In-process: `with FakeProviderApis() as fake: fake.state.stripe_events = [...]`.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from tests.fakes.provider_events import github_delivery_item
+
 STRIPE_KEY = "sk_test_fake"
 PADDLE_KEY = "pdl_fake"
 GITHUB_TOKEN = "ghp_fake"
@@ -40,8 +49,9 @@ HOOK = "repos/acme/shop/hooks/12"
 @dataclass
 class State:
     stripe_events: list[dict[str, Any]] = field(default_factory=list)
+    stripe_sorted: tuple[tuple[int, int], list[dict[str, Any]]] = ((0, -1), [])
     paddle_events: list[dict[str, Any]] = field(default_factory=list)
-    # GitHub deliveries: {id, guid, delivered_at, event, redelivery, payload}
+    # GitHub deliveries, whole (provider_events.github_delivery)
     github_deliveries: list[dict[str, Any]] = field(default_factory=list)
     rate_limited: int = 0
     fail_after: int | None = None
@@ -100,7 +110,8 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
             if path == "/v1/events":
                 if auth != f"Bearer {STRIPE_KEY}":
                     return 401, {"error": {"message": "Invalid API Key"}}, {}
-                return 200, _stripe_page(state, query), {}
+                status, body = _stripe_page(state, query)
+                return status, body, {}
             if path == "/events":
                 if auth != f"Bearer {PADDLE_KEY}":
                     return 401, {"error": {"code": "authentication_malformed"}}, {}
@@ -139,31 +150,67 @@ def _fault(state: State) -> int | None:
     return None
 
 
-def _stripe_page(state: State, query: dict[str, str]) -> dict[str, Any]:
-    gte = int(query.get("created[gte]", "0"))
+_STRIPE_CREATED = {"gte": int.__ge__, "gt": int.__gt__, "lte": int.__le__, "lt": int.__lt__}
+
+
+def _stripe_page(state: State, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
     limit = min(int(query.get("limit", "10")), 100)
-    events = sorted((e for e in state.stripe_events if e["created"] >= gte),
-                    key=lambda e: (e["created"], e["id"]), reverse=True)
-    after = query.get("starting_after")
-    if after:
-        ids = [e["id"] for e in events]
-        events = events[ids.index(after) + 1:]
-    return {"object": "list", "url": "/v1/events", "has_more": len(events) > limit,
-            "data": events[:limit]}
+    events = _newest_first(state)
+    for op, test in _STRIPE_CREATED.items():
+        if f"created[{op}]" in query:
+            bound = int(query[f"created[{op}]"])
+            events = [e for e in events if test(e["created"], bound)]
+    ids = [e["id"] for e in state.stripe_events]
+    cursor = query.get("starting_after") or query.get("ending_before")
+    if cursor and cursor not in ids:
+        return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing",
+                               "message": f"No such event: '{cursor}'", "param": "id"}}
+    if "starting_after" in query:
+        position = _position(state, cursor)
+        events = [e for e in events if (e["created"], e["id"]) < position]
+        page, more = events[:limit], len(events) > limit
+    elif "ending_before" in query:
+        position = _position(state, cursor)
+        events = [e for e in events if (e["created"], e["id"]) > position]
+        page, more = events[-limit:], len(events) > limit
+    else:
+        page, more = events[:limit], len(events) > limit
+    return 200, {"object": "list", "url": "/v1/events", "has_more": more, "data": page}
+
+
+def _newest_first(state: State) -> list[dict[str, Any]]:
+    """The events in Stripe's list order, sorted again only when the list changed."""
+    with state.lock:
+        key, ordered = state.stripe_sorted
+        if key != (id(state.stripe_events), len(state.stripe_events)):
+            ordered = sorted(state.stripe_events, key=lambda e: (e["created"], e["id"]),
+                             reverse=True)
+            state.stripe_sorted = ((id(state.stripe_events), len(state.stripe_events)), ordered)
+        return ordered
+
+
+def _position(state: State, event_id: str | None) -> tuple[int, str]:
+    event = next(e for e in state.stripe_events if e["id"] == event_id)
+    return (event["created"], event["id"])
 
 
 def _paddle_page(state: State, query: dict[str, str], base: str) -> dict[str, Any]:
     per_page = min(int(query.get("per_page", "50")), 200)
-    events = sorted(state.paddle_events, key=lambda e: e["event_id"])
+    order = query.get("order_by", "id[ASC]")
+    descending = order.upper() == "ID[DESC]"
+    events = sorted(state.paddle_events, key=lambda e: e["event_id"], reverse=descending)
     after = query.get("after")
     if after:
-        events = [e for e in events if e["event_id"] > after]
+        events = [e for e in events if (e["event_id"] < after if descending
+                                        else e["event_id"] > after)]
     page, more = events[:per_page], len(events) > per_page
-    query_next = urlencode({"after": page[-1]["event_id"], "per_page": per_page}) if page else ""
+    query_next = urlencode({"after": page[-1]["event_id"], "order_by": order,
+                            "per_page": per_page}) if page else ""
     following = f"{base}/events?{query_next}" if page else None
-    return {"data": page, "meta": {"request_id": "req_fake", "pagination": {
-        "per_page": per_page, "next": following, "has_more": more,
-        "estimated_total": len(state.paddle_events)}}}
+    return {"data": page, "meta": {"request_id": "2a1e8b96-7c5f-4f1d-9d7a-fake00000000",
+                                   "pagination": {"per_page": per_page, "next": following,
+                                                  "has_more": more,
+                                                  "estimated_total": len(state.paddle_events)}}}
 
 
 def _github_page(state: State, query: dict[str, str],
@@ -171,13 +218,11 @@ def _github_page(state: State, query: dict[str, str],
     per_page = min(int(query.get("per_page", "30")), 100)
     deliveries = sorted(state.github_deliveries, key=lambda d: d["id"], reverse=True)
     cursor = int(query.get("cursor", "0"))
-    page = deliveries[cursor:cursor + per_page]
-    summary = [{k: d[k] for k in ("id", "guid", "delivered_at", "redelivery", "event")}
-               | {"status": "OK", "status_code": 200, "action": None} for d in page]
+    page = [github_delivery_item(d) for d in deliveries[cursor:cursor + per_page]]
     if cursor + per_page >= len(deliveries):
-        return summary, None
+        return page, None
     query_next = urlencode({"per_page": per_page, "cursor": cursor + per_page})
-    return summary, f'<{base}/{HOOK}/deliveries?{query_next}>; rel="next"'
+    return page, f'<{base}/{HOOK}/deliveries?{query_next}>; rel="next"'
 
 
 def _github_delivery(state: State, delivery_id: int) -> dict[str, Any]:
@@ -186,10 +231,4 @@ def _github_delivery(state: State, delivery_id: int) -> dict[str, Any]:
     found = [d for d in state.github_deliveries if d["id"] == delivery_id]
     if not found:
         raise KeyError(delivery_id)
-    delivery = found[0]
-    return {"id": delivery["id"], "guid": delivery["guid"], "event": delivery["event"],
-            "delivered_at": delivery["delivered_at"], "redelivery": delivery["redelivery"],
-            "request": {"headers": {"X-GitHub-Event": delivery["event"],
-                                    "X-GitHub-Delivery": delivery["guid"]},
-                        "payload": delivery["payload"]},
-            "response": {"headers": {}, "payload": "ok"}}
+    return found[0]

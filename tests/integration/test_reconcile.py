@@ -1,7 +1,9 @@
-"""Reconciliation against fake provider APIs over real HTTP (tests/fakes/provider_apis.py)
-and the real Postgres: missing events are recorded once, through the same dedup as a
-delivery; a second run records nothing; an API failure keeps what was recorded; 429s are
-waited out; GitHub fetches only the guids not recorded."""
+"""Reconciliation against fake provider APIs over real HTTP (tests/fakes/provider_apis.py,
+serving events built from the providers' published fixtures) and the real Postgres:
+missing events are recorded once, through the same dedup as a delivery, with the payload
+the API served; a second run records nothing; each page is recorded as it is listed, so
+an API failure keeps every page before it; 429s are waited out; GitHub fetches only the
+guids not recorded."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+import stripe
 from sqlalchemy.engine import Engine
 
 from shared import db, reconciliation
@@ -22,7 +26,7 @@ from shared.errors import MissingVariable
 from shared.models import ReceivedVia
 from shared.recording import record_event
 from shared.settings import Settings
-from tests import factories
+from tests.fakes import provider_events
 from tests.fakes.provider_apis import GITHUB_TOKEN, HOOK, PADDLE_KEY, STRIPE_KEY, FakeProviderApis
 
 SINCE = datetime.now(UTC) - timedelta(hours=72)
@@ -51,11 +55,25 @@ def api_settings(fake: FakeProviderApis, database_url: str) -> Settings:
     })
 
 
+def stripe_invoice_paid(n: int, created: int) -> dict[str, Any]:
+    invoice = provider_events.stripe_object(
+        "invoice", id=f"in_{n:05d}", customer=f"cus_{n % 17}", amount_paid=100 + n,
+        amount_due=100 + n, status="paid", customer_email=f"buyer{n}@example.com")
+    return provider_events.stripe_event("invoice.paid", invoice, event_id=f"evt_{n:05d}",
+                                        created=created)
+
+
 def stripe_events(count: int) -> list[dict[str, Any]]:
     start = int(time.time()) - 3600
-    return [factories.stripe_event(
-        "invoice.paid", factories.invoice(f"in_{n:05d}", customer=f"cus_{n % 17}", amount=100),
-        event_id=f"evt_{n:05d}", created=start + n) for n in range(count)]
+    return [stripe_invoice_paid(n, start + n) for n in range(count)]
+
+
+def serve_stripe(fake: FakeProviderApis, events: list[dict[str, Any]], *,
+                 history: bool = True) -> None:
+    """The fake serves `events` and, with `history`, one event from before the window (an
+    account's usual state: the forward paging's anchor)."""
+    older = [stripe_invoice_paid(99_999, int(SINCE.timestamp()) - 3600)] if history else []
+    fake.state.stripe_events = events + older
 
 
 def deliver(engine: Engine, provider: str, event: dict[str, Any], event_id: str,
@@ -78,8 +96,9 @@ def reconcile(settings: Settings, engine: Engine, provider: str,
 
 def test_stripe_records_what_was_never_delivered_once(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
     settings = api_settings(fake, database_url)
-    fake.state.stripe_events = stripe_events(250)
-    for event in fake.state.stripe_events[::3]:  # a third was delivered
+    events = stripe_events(250)
+    serve_stripe(fake, events)
+    for event in events[::3]:  # a third was delivered
         deliver(recording, "stripe", event, event["id"], event["type"])
     woken: list[list[int]] = []
     result = reconcile(settings, recording, "stripe", wake=woken.append)
@@ -93,39 +112,134 @@ def test_stripe_records_what_was_never_delivered_once(fake, recording, database_
     with recording.connect() as conn:
         payload = conn.execute(sa.text("SELECT payload FROM webhook_events "
                                        "WHERE event_id = 'evt_00001'")).scalar_one()
-    assert payload == fake.state.stripe_events[1]
+    assert payload == events[1]
     again = reconcile(settings, recording, "stripe")
     assert (again.listed, again.already, again.recorded) == (250, 250, 0)
 
 
-def test_events_are_recorded_oldest_first(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
-    fake.state.stripe_events = stripe_events(120)
-    reconcile(api_settings(fake, database_url), recording, "stripe")
-    with recording.connect() as conn:
-        order = conn.execute(sa.text("SELECT event_id FROM jobs ORDER BY id")).scalars().all()
-    assert order == sorted(order)
-
-
 def test_dry_run_lists_and_records_nothing(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
-    fake.state.stripe_events = stripe_events(30)
+    serve_stripe(fake, stripe_events(30))
     result = reconcile(api_settings(fake, database_url), recording, "stripe", dry_run=True)
     assert result.recorded == 0 and len(result.would_record) == 30
     assert events_in_db(recording, "stripe") == {}
 
 
-def test_api_failure_while_listing_then_the_next_run_completes(fake, recording,  # type: ignore[no-untyped-def]
-                                                               database_url) -> None:
+def test_stripe_payload_is_the_json_the_api_served(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
+    """Stripe's published objects carry `*_decimal` strings, nested lists and nulls; the
+    stripe library turns the decimals into Decimal. What is stored is what was served."""
+    created = int(time.time()) - 600
+    subscription = provider_events.stripe_object("subscription", id="sub_fixture")
+    plan = provider_events.stripe_object("plan")
+    guest_refund = provider_events.stripe_object("charge", amount_refunded=40)
+    events = [
+        stripe_invoice_paid(1, created),
+        provider_events.stripe_event("customer.subscription.updated", subscription,
+                                     event_id="evt_sub", created=created + 1),
+        provider_events.stripe_event("plan.created", plan, event_id="evt_plan",
+                                     created=created + 2),
+        provider_events.stripe_event("charge.refunded", guest_refund, event_id="evt_guest",
+                                     created=created + 3),
+    ]
+    serve_stripe(fake, events)
+    client = stripe.StripeClient(STRIPE_KEY, base_addresses={"api": fake.url})
+    listed = client.v1.events.list(params={"limit": 10})
+    # The official client reads the fake as it reads Stripe, decimals included ...
+    invoice = next(event for event in listed.data if event.id == "evt_00001").data.object
+    assert invoice.lines.data[0].pricing.unit_amount_decimal == Decimal("101")
+    assert isinstance(invoice.lines.data[0].pricing.unit_amount_decimal, Decimal)
+
+    result = reconcile(api_settings(fake, database_url), recording, "stripe")
+    assert result.recorded == 4
+    with recording.connect() as conn:
+        stored = dict(conn.execute(sa.text(
+            "SELECT event_id, payload FROM webhook_events WHERE provider = 'stripe'")).all())
+        as_text = conn.execute(sa.text(
+            "SELECT payload::text FROM webhook_events WHERE event_id = 'evt_sub'")).scalar_one()
+    # ... and what was stored is what was served, field for field.
+    for event in events:
+        assert stored[event["id"]] == event
+    line = stored["evt_00001"]["data"]["object"]["lines"]["data"][0]
+    assert line["pricing"]["unit_amount_decimal"] == "101" and line["quantity_decimal"] == "1"
+    assert line["taxes"] is None and line["discounts"] == []
+    item_price = stored["evt_sub"]["data"]["object"]["items"]["data"][0]["price"]
+    assert item_price["unit_amount_decimal"] == "2000" and item_price["unit_amount"] == 2000
+    assert '"unit_amount_decimal": "2000"' in as_text
+    assert stored["evt_plan"]["data"]["object"]["amount_decimal"] == "2000"
+    assert stored["evt_guest"]["data"]["object"]["customer"] is None
+
+
+def test_stripe_pages_forward_in_time_from_the_window_start(fake, recording,  # type: ignore[no-untyped-def]
+                                                            database_url) -> None:
+    events = stripe_events(250)
+    serve_stripe(fake, events)
+    reconcile(api_settings(fake, database_url), recording, "stripe")
+    with recording.connect() as conn:
+        order = conn.execute(sa.text("SELECT event_id FROM jobs ORDER BY id")).scalars().all()
+    assert order == [event["id"] for event in events]  # oldest first, across pages
+    assert fake.state.requests["/v1/events"] == 1 + 3  # the anchor, then three pages
+
+
+# case -> (events in the window, successful requests before page 2's, page 1's events in
+# the window). Stripe: the anchor request, then page 1; Paddle's page 1 starts with the 30
+# events older than the window; GitHub: the list, then the details of page 1's deliveries.
+PAGES_OF_THREE = {"stripe": (250, 2, 100), "stripe-no-older-event": (250, 2, 100),
+                  "paddle": (450, 1, 200 - 30), "github": (250, 1 + 100, 100)}
+
+
+@pytest.mark.parametrize("case", sorted(PAGES_OF_THREE))
+def test_a_500_on_page_two_keeps_page_one_and_the_next_run_records_the_rest(  # type: ignore[no-untyped-def]
+        fake, recording, database_url, case) -> None:
+    provider = case.split("-")[0]
+    count, before_page_two, page = PAGES_OF_THREE[case]
     settings = api_settings(fake, database_url)
-    fake.state.paddle_events = [_paddle_event(n) for n in range(450)]
-    fake.state.fail_after = 2  # two pages of 200 answer, then 500s (after the retries)
+    newest_first = _serve(fake, case, count)
+    fake.state.fail_after = before_page_two  # page 2 answers 500 (after the retries)
     with pytest.raises(reconciliation.ReconcileFailed) as failure:
-        reconcile(settings, recording, "paddle")
-    # Events are recorded oldest first, so a run lists before it records: a failure
-    # while listing records nothing, and the next run completes.
-    assert failure.value.result.recorded == 0  # type: ignore[attr-defined]
+        reconcile(settings, recording, provider)
+    kept = failure.value.result  # type: ignore[attr-defined]
+    assert (kept.listed, kept.recorded) == (page, page)
+    recorded = set(events_in_db(recording, provider))
+    ids = _served_ids(fake, provider)  # oldest first
+    assert recorded == set(ids[-page:] if newest_first else ids[:page])
     fake.state.fail_after = None
-    result = reconcile(settings, recording, "paddle")
-    assert result.recorded == 450 and len(events_in_db(recording, "paddle")) == 450
+    result = reconcile(settings, recording, provider)
+    assert (result.listed, result.already, result.recorded) == (count, page, count - page)
+    assert set(events_in_db(recording, provider)) == set(ids)
+
+
+def _serve(fake: FakeProviderApis, case: str, count: int) -> bool:
+    """Serve `count` events in the window (and some older); True if the provider's list
+    comes newest first."""
+    if case == "stripe":
+        serve_stripe(fake, stripe_events(count))
+    elif case == "stripe-no-older-event":  # nothing to page forward from: newest first
+        serve_stripe(fake, stripe_events(count), history=False)
+        return True
+    elif case == "paddle":
+        older = [provider_events.paddle_event(n, SINCE - timedelta(days=1, seconds=-n),
+                                              event_id=f"evt_00h{n:08d}") for n in range(30)]
+        fake.state.paddle_events = older + [_paddle_event(n) for n in range(count)]
+    else:
+        older = [provider_events.github_delivery(
+            n + 1, str(uuid.UUID(int=n + 1)), SINCE - timedelta(days=1, seconds=-n),
+            payload=provider_events.github_push(f"{n + 1:040x}")) for n in range(30)]
+        fake.state.github_deliveries = older + [_github_delivery(n + 30) for n in range(count)]
+        return True
+    return False
+
+
+def _served_ids(fake: FakeProviderApis, provider: str) -> list[str]:
+    """The ids of the events within the window, oldest first."""
+    cutoff = SINCE.timestamp()
+    if provider == "stripe":
+        return [e["id"] for e in sorted(fake.state.stripe_events, key=lambda e: e["created"])
+                if e["created"] >= cutoff]
+    if provider == "paddle":
+        return [e["event_id"] for e in sorted(fake.state.paddle_events,
+                                              key=lambda e: e["event_id"])
+                if datetime.fromisoformat(e["occurred_at"]).timestamp() >= cutoff]
+    return [d["guid"] for d in sorted(fake.state.github_deliveries, key=lambda d: d["id"])
+            if datetime.fromisoformat(d["delivered_at"]).timestamp() >= cutoff]
 
 
 def test_failure_while_fetching_keeps_what_was_recorded(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
@@ -144,7 +258,7 @@ def test_failure_while_fetching_keeps_what_was_recorded(fake, recording, databas
 
 def test_rate_limit_is_waited_out(fake, recording, database_url) -> None:  # type: ignore[no-untyped-def]
     settings = api_settings(fake, database_url)
-    fake.state.stripe_events = stripe_events(5)
+    serve_stripe(fake, stripe_events(5))
     fake.state.paddle_events = [_paddle_event(n) for n in range(5)]
     for provider in ("stripe", "paddle"):
         fake.state.rate_limited = 1
@@ -161,7 +275,7 @@ def test_github_redeliveries_share_a_guid_and_only_unrecorded_are_fetched(  # ty
     redeliveries = [{**d, "id": 10_000 + d["id"], "redelivery": True} for d in deliveries[:20]]
     fake.state.github_deliveries = deliveries + redeliveries
     for d in deliveries[100:]:  # 50 were delivered
-        deliver(recording, "github", d["payload"], d["guid"], d["event"])
+        deliver(recording, "github", d["request"]["payload"], d["guid"], d["event"])
     result = reconcile(settings, recording, "github")
     assert (result.listed, result.already, result.recorded) == (150, 50, 100)
     fetched = fake.state.detail_fetches
@@ -170,18 +284,19 @@ def test_github_redeliveries_share_a_guid_and_only_unrecorded_are_fetched(  # ty
     with recording.connect() as conn:
         row = conn.execute(sa.text("SELECT event_type, payload FROM webhook_events "
                                    "WHERE event_id = :g"), {"g": deliveries[0]["guid"]}).one()
-    assert row.event_type == "push" and row.payload == deliveries[0]["payload"]
+    assert row.event_type == "push" and row.payload == deliveries[0]["request"]["payload"]
 
 
 def test_a_delivery_and_a_reconciliation_at_once_make_one_event(fake, recording,  # type: ignore[no-untyped-def]
                                                                  database_url) -> None:
     settings = api_settings(fake, database_url)
-    fake.state.stripe_events = stripe_events(300)
+    events = stripe_events(300)
+    serve_stripe(fake, events)
     barrier = threading.Barrier(3)
 
     def deliveries() -> None:
         barrier.wait()
-        for event in fake.state.stripe_events:
+        for event in events:
             deliver(recording, "stripe", event, event["id"], event["type"])
 
     def reconciliations() -> None:
@@ -222,25 +337,21 @@ def test_the_clock_resumes_from_its_last_success(fake, recording, database_url) 
 
 
 def _paddle_event(n: int) -> dict[str, Any]:
-    occurred = (datetime.now(UTC) - timedelta(hours=1, seconds=-n)).isoformat()
-    return {"event_id": f"evt_01h{n:08d}", "event_type": "transaction.completed",
-            "occurred_at": occurred.replace("+00:00", "Z"), "notification_id": None,
-            "data": {"id": f"txn_{n:05d}", "status": "completed"}}
+    occurred = datetime.now(UTC) - timedelta(hours=1, seconds=-n)
+    return provider_events.paddle_event(n, occurred, event_id=f"evt_01h{n:08d}")
 
 
 def _github_delivery(n: int) -> dict[str, Any]:
-    delivered = (datetime.now(UTC) - timedelta(hours=2, seconds=-n)).isoformat()
-    return {"id": n + 1, "guid": str(uuid.UUID(int=n + 1)), "event": "push",
-            "delivered_at": delivered.replace("+00:00", "Z"), "redelivery": False,
-            "payload": {"ref": "refs/heads/main", "after": f"{n:040x}",
-                        "repository": {"full_name": "acme/shop"}}}
+    delivered = datetime.now(UTC) - timedelta(hours=2, seconds=-n)
+    return provider_events.github_delivery(n + 1, str(uuid.UUID(int=n + 1)), delivered,
+                                           payload=provider_events.github_push(f"{n:040x}"))
 
 
 def test_web_metrics_show_reconciliation_from_the_database(fake, recording, database_url,  # type: ignore[no-untyped-def]
                                                            settings) -> None:
     from ingest.app import create_app
 
-    fake.state.stripe_events = stripe_events(4)
+    serve_stripe(fake, stripe_events(4))
     deliver(recording, "stripe", fake.state.stripe_events[0], "evt_00000", "invoice.paid")
     reconciliation.since_for_clock(recording, "stripe")
     result = reconcile(api_settings(fake, database_url), recording, "stripe")
@@ -259,7 +370,7 @@ def test_the_reconcile_command(fake, recording, database_url, settings) -> None:
 
     from webhooks.cli import main
 
-    fake.state.stripe_events = stripe_events(12)
+    serve_stripe(fake, stripe_events(12))
     deliver(recording, "stripe", fake.state.stripe_events[0], "evt_00000", "invoice.paid")
     env = {"DATABASE_URL": database_url, "BROKER_URL": settings.broker_url,
            "STRIPE_API_KEY": STRIPE_KEY, "STRIPE_API_BASE": fake.url}

@@ -1,0 +1,111 @@
+"""Events as the providers' APIs serve them, built from their published fixtures
+(tests/fixtures/providers, SOURCES.md says where each comes from): the fake provider APIs
+serve these, so reconciliation meets what production meets (Stripe's `*_decimal` strings,
+nested lists, nulls; Paddle's string amounts; GitHub's delivery records).
+
+Each builder deep-copies a published object and sets only the fields a test names (ids,
+times, the customer and amounts the reference handlers read); everything else stays as
+published.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "providers"
+
+# Stripe event type -> the fixture whose data.object is that type's published object.
+_STRIPE_OBJECTS = {"invoice": "invoice.paid.json", "charge": "charge.refunded.guest.json",
+                   "subscription": "customer.subscription.updated.json",
+                   "plan": "plan.created.fixture_event.json"}
+
+
+@functools.cache
+def _load(relative: str) -> Any:
+    return json.loads((FIXTURES / relative).read_text())
+
+
+def published(relative: str) -> Any:
+    """A fresh copy of one published fixture file."""
+    return copy.deepcopy(_load(relative))
+
+
+def stripe_object(kind: str, **fields: Any) -> dict[str, Any]:
+    """Stripe's published `invoice`, `charge`, `subscription` or `plan`, with `fields` set.
+    An invoice's line gets the decimal strings Stripe fills in for a priced line
+    (`pricing.unit_amount_decimal`, `quantity_decimal`), from its amount."""
+    obj: dict[str, Any] = published(f"stripe/{_STRIPE_OBJECTS[kind]}")["data"]["object"]
+    obj.update(fields)
+    if kind == "invoice":
+        line = obj["lines"]["data"][0]
+        amount = obj["amount_paid"] or obj["amount_due"]
+        line.update({"amount": amount, "currency": obj["currency"], "invoice": obj["id"],
+                     "quantity_decimal": "1"})
+        line["pricing"]["unit_amount_decimal"] = str(amount)
+        obj["lines"]["url"] = f"/v1/invoices/{obj['id']}/lines"
+    return obj
+
+
+def stripe_event(event_type: str, obj: dict[str, Any], *, event_id: str,
+                 created: int) -> dict[str, Any]:
+    """Stripe's published Event envelope (same keys, same order) around `obj`."""
+    event: dict[str, Any] = published(f"stripe/{_STRIPE_OBJECTS['plan']}")
+    event.update({"id": event_id, "type": event_type, "created": created,
+                  "data": {"object": obj}})
+    return event
+
+
+def dress_stripe(event: dict[str, Any]) -> dict[str, Any]:
+    """A hand-written Stripe event (tests/acceptance/world.py's) as the API would serve it:
+    its fields laid over the published object of its `object` type and the published
+    envelope. The fields the handlers read keep the values given."""
+    obj = event["data"]["object"]
+    kind = obj.get("object", "invoice")
+    dressed = stripe_object(kind, **obj) if kind in _STRIPE_OBJECTS else dict(obj)
+    return stripe_event(event["type"], dressed, event_id=event["id"], created=event["created"])
+
+
+def paddle_event(n: int, occurred_at: datetime, *, event_id: str) -> dict[str, Any]:
+    """The n-th (cycling) event of Paddle's published `GET /events` response (the Python
+    SDK's list_default.json), with its id and time set."""
+    events = _load("paddle/events.list_default.json")["data"]
+    event: dict[str, Any] = copy.deepcopy(events[n % len(events)])
+    event.update({"event_id": event_id,
+                  "occurred_at": occurred_at.isoformat().replace("+00:00", "Z")})
+    return event
+
+
+def github_delivery(delivery_id: int, guid: str, delivered_at: datetime, *,
+                    event: str = "push", redelivery: bool = False,
+                    payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    """GitHub's published delivery (`GET /<hook>/deliveries/<id>`, the REST API
+    description's `hook-delivery` example) carrying octokit's published push payload."""
+    delivery: dict[str, Any] = published("github/hook-delivery.json")
+    when = delivered_at.isoformat(timespec="seconds").replace("+00:00", "Z")
+    delivery.update({"id": delivery_id, "guid": guid, "delivered_at": when,
+                     "redelivery": redelivery, "event": event,
+                     "action": None if event == "push" else delivery["action"]})
+    delivery["request"]["headers"].update({"X-GitHub-Delivery": guid, "X-GitHub-Event": event})
+    delivery["request"]["payload"] = (payload if payload is not None
+                                      else published("github/push.payload.json"))
+    return delivery
+
+
+def github_push(before: str) -> dict[str, Any]:
+    """octokit's published push payload (a branch deleted at commit `before`)."""
+    payload: dict[str, Any] = published("github/push.payload.json")
+    payload["before"] = before
+    return payload
+
+
+def github_delivery_item(delivery: dict[str, Any]) -> dict[str, Any]:
+    """The delivery as `GET /<hook>/deliveries` lists it: the published `hook-delivery-items`
+    shape (no url, request or response)."""
+    item: dict[str, Any] = copy.deepcopy(_load("github/hook-delivery-items.json")[0])
+    item.update({key: delivery[key] for key in item if key in delivery})
+    return item
