@@ -51,7 +51,11 @@ def event(provider: str, event_id: str) -> str:
         detail = show_event(conn, provider, event_id)
     if detail is None:
         abort(404, f"No {provider} event {event_id!r} is recorded (or it was pruned).")
-    payload = json.dumps(detail.event["payload"], indent=2, ensure_ascii=False, sort_keys=True)
+    if "payload_error" in detail.event:  # as Postgres holds it (shared.payloads)
+        payload = f"(cannot be loaded: {detail.event['payload_error']})\n{detail.event['payload']}"
+    else:
+        payload = json.dumps(detail.event["payload"], indent=2, ensure_ascii=False,
+                             sort_keys=True)
     return render_template("console/event.html", detail=detail, payload=payload)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from shared import payloads
 from shared.models import (
     EmailStatus,
     JobStatus,
@@ -159,20 +160,27 @@ class EventDetail:
 def show_event(conn: Connection, provider: str, event_id: str) -> EventDetail | None:
     e, j, d = webhook_events.c, jobs.c, webhook_duplicates.c
     key = {"provider": provider, "event_id": event_id}
+    # The payload as text, loaded here: a row Python cannot load (shared.payloads) is
+    # shown as the text Postgres holds, with the reason, instead of failing the page.
     event = conn.execute(sa.select(e.provider, e.event_id, e.event_type, e.received_at,
-                                   e.payload).where(e.provider == provider,
-                                                    e.event_id == event_id)).first()
+                                   sa.cast(e.payload, sa.Text).label("payload"))
+                         .where(e.provider == provider, e.event_id == event_id)).first()
     if event is None:
         return None
+    fields = dict(event._mapping)
+    payload = fields["payload"] = payloads.load(event.payload)
+    if isinstance(payload, payloads.Unloadable):
+        fields.update(payload=payload.text, payload_error=payload.reason)
     job = conn.execute(sa.select(j.id, j.status, j.attempts, j.last_error, j.outcome,
                                  j.created_at, j.run_at, j.finished_at)
                        .where(j.provider == provider, j.event_id == event_id)).first()
     duplicates = conn.execute(sa.select(sa.func.count()).where(
         d.provider == provider, d.event_id == event_id)).scalar_one()
     return EventDetail(
-        event=dict(event._mapping), job=dict(job._mapping) if job else None,
+        event=fields, job=dict(job._mapping) if job else None,
         duplicates=int(duplicates),
-        ledger_entries=_ledger(conn, key), subscription=_subscription(conn, event),
+        ledger_entries=_ledger(conn, key),
+        subscription=_subscription(conn, event_id, event.event_type, payload),
         emails=_emails(conn, key),
     )
 
@@ -188,14 +196,15 @@ def _ledger(conn: Connection, key: dict[str, str]) -> list[dict[str, Any]]:
     return [dict(row._mapping) for row in rows]
 
 
-def _subscription(conn: Connection, event: Any) -> dict[str, Any] | None:
+def _subscription(conn: Connection, event_id: str, event_type: str,
+                  payload: Any) -> dict[str, Any] | None:
     """The subscription this event last set, or the one its data.object is."""
     s = subscriptions.c
-    obj = (event.payload.get("data") or {}).get("object") if isinstance(event.payload, dict) \
-        else None
+    data = payload.get("data") if isinstance(payload, dict) else None
+    obj = data.get("object") if isinstance(data, dict) else None
     object_id = obj.get("id") if isinstance(obj, dict) else None
-    condition = s.last_event_id == event.event_id
-    if isinstance(object_id, str) and event.event_type.startswith("customer.subscription."):
+    condition = s.last_event_id == event_id
+    if isinstance(object_id, str) and event_type.startswith("customer.subscription."):
         condition = sa.or_(condition, s.subscription_id == object_id)
     row = conn.execute(sa.select(s.subscription_id, s.customer_id, s.status,
                                  s.last_event_id, s.updated_at).where(condition)).first()

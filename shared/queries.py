@@ -56,7 +56,10 @@ class ClaimedJob(NamedTuple):
     event_id: str
     event_type: str
     attempts: int
-    payload: Any  # the event's JSON body (a dict for every provider we accept)
+    # The event's JSON body as Postgres prints it (the claims select payload::text): the
+    # worker loads it itself (shared.payloads.load), so that a row Python cannot load fails
+    # its own job instead of the claim.
+    payload: Any
     received_at: datetime
     trace_context: str | None  # the ingest's traceparent (shared/tracing.py)
 
@@ -70,8 +73,8 @@ DUE = f"""status = '{PENDING}' AND run_at <= now()
 # SKIP LOCKED: a job locked by another worker's open transaction is skipped, never waited
 # for; the lock is held until this transaction commits the job's effects and its `done`.
 JobClaimDue = text(f"""
-    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at,
-           j.trace_context
+    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload::text AS payload,
+           e.received_at, j.trace_context
     FROM jobs j JOIN webhook_events e USING (provider, event_id)
     WHERE j.id IN (
         SELECT id FROM jobs
@@ -94,8 +97,8 @@ JOB_KEY_LOCK_SPACE = 0x77686B  # the first half of the two-int advisory lock key
 
 # Claim one named job (a message's job) if it is due; the same locking rule.
 JobClaimById = text(f"""
-    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload, e.received_at,
-           j.trace_context
+    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload::text AS payload,
+           e.received_at, j.trace_context
     FROM jobs j JOIN webhook_events e USING (provider, event_id)
     WHERE j.id = (
         SELECT id FROM jobs

@@ -99,8 +99,11 @@ def detail_text(detail: EventDetail) -> str:
         lines.append(f"  {email['kind']} to {email['to_address']}: {email['status']}, "
                      f"{email['attempts']} attempt(s), {postmark}  "
                      f"({email['idempotency_key']}){error}")
-    lines += ["payload", json.dumps(event["payload"], indent=2, ensure_ascii=False,
-                                    default=_plain)]
+    if "payload_error" in event:  # as Postgres holds it (shared.payloads)
+        lines += [f"payload (cannot be loaded: {event['payload_error']})", event["payload"]]
+    else:
+        lines += ["payload", json.dumps(event["payload"], indent=2, ensure_ascii=False,
+                                        default=_plain)]
     return "\n".join(lines)
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, metrics, queries, tracing
+from shared import db, metrics, payloads, queries, tracing
 from shared.errors import DatabaseUnavailable, PermanentJobError, describe
 from shared.queries import ClaimedJob
 from shared.settings import Settings
@@ -110,7 +110,7 @@ def process_batch(
     try:
         with db.transaction(engine) as conn:
             limit = pace.claim_limit(limit, budget_seconds)
-            rows = db.fetch_all_in(conn, queries.JobClaimDue, {"limit": limit}, ClaimedJob)
+            rows = _claim(conn, queries.JobClaimDue, {"limit": limit})
             ordered = _runnable(conn, rows)
             for row in ordered:
                 if applied and time.monotonic() - started > budget_seconds:
@@ -139,6 +139,14 @@ class _Applied:
     row: ClaimedJob
     outcome: str
     emails_queued: int
+
+
+def _claim(conn: Connection, statement: sa.TextClause,
+           params: dict[str, Any]) -> list[ClaimedJob]:
+    """Claimed jobs with their payloads loaded here, never by the driver: a payload Python
+    cannot load (shared.payloads) becomes Unloadable, and only its own job fails."""
+    rows = db.fetch_all_in(conn, statement, params, ClaimedJob)
+    return [row._replace(payload=payloads.load(row.payload)) for row in rows]
 
 
 def _lock_order(row: ClaimedJob) -> tuple[str, str, str, int]:
@@ -185,6 +193,8 @@ def _run_handler(conn: Connection, settings: Settings, row: ClaimedJob) -> _Appl
             "webhooks.provider": row.provider, "webhooks.event_id": row.event_id,
             "webhooks.event_type": row.event_type, "webhooks.job_id": row.id,
             "webhooks.attempt": row.attempts + 1}) as span:
+        if isinstance(row.payload, payloads.Unloadable):
+            raise PermanentJobError(f"the stored payload cannot be loaded: {row.payload.reason}")
         ctx = _context(conn, settings, row)
         function = handlers.find(row.provider, row.event_type)
         outcome = function(ctx) if function else "no handler"
@@ -231,7 +241,7 @@ def _one_at_a_time(engine: Engine, settings: Settings, ordered: list[ClaimedJob]
 def _process_one(engine: Engine, settings: Settings, job_id: int, result: BatchResult) -> None:
     """Claim one job by id, if it is still due, and apply it in its own transaction."""
     with db.transaction(engine) as conn:
-        rows = db.fetch_all_in(conn, queries.JobClaimById, {"id": job_id}, ClaimedJob)
+        rows = _claim(conn, queries.JobClaimById, {"id": job_id})
         if not rows:
             return
         row = rows[0]

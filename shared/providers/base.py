@@ -10,11 +10,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shared import payloads
 from shared.errors import InvalidPayload, InvalidSignature
 
 MAX_ID_LENGTH = 255
@@ -42,7 +42,10 @@ def parse_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object, or InvalidPayload."""
     try:
         # Decode explicitly: json.loads(bytes) would also accept UTF-16 and UTF-32.
-        payload = json.loads(body.decode("utf-8"))
+        payload = payloads.parse(body.decode("utf-8"))
+    except payloads.UnsafeNumber as error:
+        raise InvalidPayload(f"body holds a number Postgres and Python disagree on: {error}"
+                             ) from None
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidPayload("body is not JSON") from None
     if not isinstance(payload, dict):

@@ -1,0 +1,82 @@
+"""Hostile bodies against the real Postgres (SPEC, "Hostile clients and bodies"): a number
+that Postgres and Python read differently is refused at the ingest; a row that Python
+cannot load fails its own job, never the claim, and is shown as text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ingest.app import create_app
+from shared import db, events
+from tests import factories
+from tests.conftest import STRIPE_SECRET
+from worker import handlers, jobs
+
+POISON_NUMBERS = ["1e5000", "-1e400", "1e-400", "1e308", "1" * 5000, "NaN", "Infinity"]
+
+
+def _count(engine: Engine, table: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one())
+
+
+@pytest.mark.parametrize("number", POISON_NUMBERS)
+def test_a_number_that_does_not_survive_postgres_is_refused_at_the_ingest(  # type: ignore[no-untyped-def]
+        settings, clean_db, number) -> None:
+    body = ('{"id": "evt_poison", "object": "event", "type": "customer.updated", '
+            f'"created": 1767225600, "data": {{"object": {{"id": "cus_p", "n": {number}}}}}}}'
+            ).encode()
+    client = create_app(settings).test_client()
+    response = client.post("/webhooks/stripe", data=body, headers={
+        "Stripe-Signature": factories.stripe_signature(body, STRIPE_SECRET)})
+    assert response.status_code == 400
+    assert _count(clean_db, "webhook_events") == 0 and _count(clean_db, "jobs") == 0
+
+
+@pytest.mark.parametrize("number", ["1e20", "1.5e-7", "2.50E3", "0e-400", "-0.0", "12.5",
+                                    "1" * 4000])
+def test_numbers_that_survive_are_recorded(settings, clean_db, number) -> None:  # type: ignore[no-untyped-def]
+    body = ('{"id": "evt_big", "object": "event", "type": "customer.updated", '
+            f'"created": 1767225600, "data": {{"object": {{"n": {number}}}}}}}').encode()
+    client = create_app(settings).test_client()
+    response = client.post("/webhooks/stripe", data=body, headers={
+        "Stripe-Signature": factories.stripe_signature(body, STRIPE_SECRET)})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    with clean_db.connect() as conn:
+        stored = conn.execute(sa.text("SELECT payload FROM webhook_events")).scalar_one()
+    assert stored["data"]["object"]["n"] == json.loads(number)
+
+
+def test_a_row_python_cannot_load_fails_its_own_job_and_the_others_run(  # type: ignore[no-untyped-def]
+        settings, clean_db) -> None:
+    """A poison row stored before the ingest refused such numbers (or by other means):
+    the claim does not load it, so the batch runs; the poison job fails with the reason."""
+    handlers.load(settings)
+    with clean_db.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO webhook_events (provider, event_id, event_type, payload) VALUES "
+            "('stripe', 'evt_poison', 'customer.updated', "
+            "'{\"id\": \"evt_poison\", \"data\": {\"object\": {\"n\": 1e5000}}}'::jsonb)"))
+        poison = conn.execute(sa.text(
+            "INSERT INTO jobs (provider, event_id, event_type) VALUES "
+            "('stripe', 'evt_poison', 'customer.updated') RETURNING id")).scalar_one()
+    good = factories.insert_event_and_job(clean_db, factories.stripe_event(
+        "invoice.paid", factories.invoice("in_after", customer="cus_after", amount=700)))
+    for _ in range(3):
+        jobs.process_batch(clean_db, settings, limit=10)
+    with clean_db.connect() as conn:
+        rows = dict(conn.execute(sa.text("SELECT id, status FROM jobs")).all())
+        error = conn.execute(sa.text("SELECT last_error FROM jobs WHERE id = :id"),
+                             {"id": poison}).scalar_one()
+        balance = conn.execute(sa.text(
+            "SELECT balance FROM accounts WHERE customer_id = 'cus_after'")).scalar_one()
+    assert rows == {poison: "failed", good: "done"} and balance == 700
+    assert "cannot be loaded" in error and "4300" in error
+    with db.transaction(clean_db) as conn:
+        detail = events.show_event(conn, "stripe", "evt_poison")
+    assert detail is not None and "4300" in detail.event["payload_error"]
+    assert '"n": 1' in detail.event["payload"]  # the text Postgres holds
