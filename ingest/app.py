@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
@@ -26,19 +29,37 @@ def create_app(settings: Settings | None = None, *, threads: int = DEFAULT_THREA
     app.extensions["engine"] = db.create_engine(settings, pool_size=threads, autocommit=True)
     app.extensions["waker"] = Waker(settings)
     app.extensions["allowlists"] = allowlist.for_providers(settings)
+    # The client's address, as the app sees it in REMOTE_ADDR; ingest.front asks it of a
+    # request's headers before the app runs.
+    app.extensions["client_address"] = _client_address(settings.trusted_proxies)
     if settings.trusted_proxies:
-        # REMOTE_ADDR becomes the X-Forwarded-For entry the Nth proxy from us appended,
-        # counted from the right; what lies left of it came from the client and may be
-        # forged. With fewer entries than N, the socket's peer stays. Nothing else (scheme,
-        # host) is taken from the proxies' headers: nothing here needs it.
-        app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
-            app.wsgi_app, x_for=settings.trusted_proxies, x_proto=0, x_host=0, x_port=0,
-            x_prefix=0)
+        app.wsgi_app = _behind_proxies(app.wsgi_app, settings.trusted_proxies)  # type: ignore[method-assign]
     app.register_blueprint(webhooks.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
     return app
+
+
+def _behind_proxies(app: Any, trusted: int) -> Any:
+    """REMOTE_ADDR becomes the X-Forwarded-For entry the Nth proxy from us appended,
+    counted from the right; what lies left of it came from the client and may be forged.
+    With fewer entries than N, the socket's peer stays. Nothing else (scheme, host) is
+    taken from the proxies' headers: nothing here needs it."""
+    return ProxyFix(app, x_for=trusted, x_proto=0, x_host=0, x_port=0, x_prefix=0)
+
+
+def _client_address(trusted: int) -> Callable[[dict[str, Any]], str | None]:
+    def remote_addr(environ: dict[str, Any], _: Any) -> list[str | None]:
+        return [environ.get("REMOTE_ADDR")]
+
+    found = _behind_proxies(remote_addr, trusted) if trusted else remote_addr
+
+    def client_address(environ: dict[str, Any]) -> str | None:
+        address: str | None = found(dict(environ), None)[0]
+        return address
+
+    return client_address
 
 
 def _http_error(error: HTTPException) -> tuple[Response, int]:

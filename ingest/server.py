@@ -1,10 +1,13 @@
 """Run the ingest under granian (shared/wsgi_server.py; the Procfile's `web`), from Python
-so settings are validated before any server process starts."""
+so settings are validated before any server process starts. Its interface is RSGI: the
+front (ingest/front.py) reads each body on the event loop, then runs the Flask app."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
+
+from granian.constants import Interfaces
 
 from shared import wsgi_server
 from shared.settings import Settings
@@ -15,13 +18,16 @@ THREADS_VARIABLE = "WEB_THREADS"
 
 
 def app() -> Any:
-    """The WSGI app as each server process builds it (granian imports this, factory=True)."""
+    """The app as each server process builds it (granian imports this, factory=True): the
+    Flask app behind the front that reads bodies off the app's threads (ingest.front)."""
     from ingest.app import DEFAULT_THREADS, create_app
+    from ingest.front import Front
     from shared.logs import configure_logging
 
     settings = Settings.from_env()
     configure_logging(settings)
-    return create_app(settings, threads=int(os.environ.get(THREADS_VARIABLE, DEFAULT_THREADS)))
+    threads = int(os.environ.get(THREADS_VARIABLE, DEFAULT_THREADS))
+    return Front(create_app(settings, threads=threads), threads)
 
 
 def serve(settings: Settings, workers: int, threads: int, host: str) -> None:
@@ -29,4 +35,5 @@ def serve(settings: Settings, workers: int, threads: int, host: str) -> None:
 
     configure_logging(settings)
     os.environ[THREADS_VARIABLE] = str(threads)  # the app's pool: a connection per thread
-    wsgi_server.serve(APP, host=host, port=settings.port, workers=workers, threads=threads)
+    wsgi_server.serve(APP, host=host, port=settings.port, workers=workers, threads=threads,
+                      interface=Interfaces.RSGI)

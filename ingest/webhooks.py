@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from ingest.allowlist import Allowlist
 from shared import metrics, providers, tracing
@@ -32,16 +32,17 @@ from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("webhooks", __name__)
+PATH_PREFIX = "/webhooks/"
 
 RETRY_AFTER_SECONDS = "5"
 
 
-@blueprint.post("/webhooks/<provider>")
+@blueprint.post(f"{PATH_PREFIX}<provider>")
 def receive(provider: str) -> tuple[Response, int] | Response:
     started = time.perf_counter()
     label = provider if provider in providers.PROVIDERS else "unknown"
     try:
-        _check_source(provider)
+        _check_before_body(current_app, provider, request.remote_addr, request.content_length)
         delivery = _verified_delivery(provider)
         _count_secret(provider, delivery)
         if delivery.reply is not None:
@@ -50,9 +51,7 @@ def receive(provider: str) -> tuple[Response, int] | Response:
                                 delivery.event_id, delivery.event_type, request_body(),
                                 trace_context=tracing.traceparent())
     except RejectedDelivery as error:
-        metrics.deliveries_rejected.labels(label, error.reason).inc()
-        log.info("delivery rejected", extra={"provider": label, "reason": str(error),
-                                             "address": request.remote_addr})
+        _count_rejected(label, error, request.remote_addr)
         response = jsonify({"error": str(error)})
         if error.status in (403, 413):  # the body was left unread
             close_connection(response)
@@ -96,12 +95,53 @@ def _refusal_reason(error: BaseException | None) -> str:
     return "internal"
 
 
-def _check_source(provider: str) -> None:
-    """SourceNotAllowed when the provider has an allowlist and the client is outside it.
-    REMOTE_ADDR is the client as ProxyFix (app.py) found it behind TRUSTED_PROXIES."""
-    allowlist: Allowlist | None = current_app.extensions["allowlists"].get(provider)
+def provider_of(path: str) -> str | None:
+    """The provider a path delivers for (`/webhooks/<provider>`), else None."""
+    provider = path.removeprefix(PATH_PREFIX)
+    if provider == path or not provider or "/" in provider:
+        return None
+    return provider
+
+
+def refusal(app: Flask, environ: dict[str, Any]) -> tuple[int, dict[str, str]] | None:
+    """For a front that reads bodies itself (ingest.front): what a delivery gets from its
+    headers alone, before its body is read (403, 404, 413), counted as the route counts
+    it; None to read the body and run the app."""
+    provider = provider_of(environ.get("PATH_INFO", ""))
+    if provider is None or environ.get("REQUEST_METHOD") != "POST":
+        return None
+    address = app.extensions["client_address"](environ)
+    length = environ.get("CONTENT_LENGTH")
+    try:
+        _check_before_body(app, provider, address, int(length) if length else None)
+    except ValueError:
+        return None  # a malformed Content-Length: werkzeug answers it as the app would
+    except RejectedDelivery as error:
+        _count_rejected(provider if provider in providers.PROVIDERS else "unknown", error,
+                        address)
+        return error.status, {"error": str(error)}
+    return None
+
+
+def _check_before_body(app: Flask, provider: str, address: str | None,
+                       content_length: int | None) -> None:
+    """In order, before anything is read: SourceNotAllowed when the provider has an
+    allowlist and the client (REMOTE_ADDR as ProxyFix found it behind TRUSTED_PROXIES) is
+    outside it; ProviderNotConfigured; PayloadTooLarge from Content-Length."""
+    allowlist: Allowlist | None = app.extensions["allowlists"].get(provider)
     if allowlist is not None:
-        allowlist.check(request.remote_addr, provider)
+        allowlist.check(address, provider)
+    settings: Settings = app.extensions["settings"]
+    if providers.get(provider) is None or not settings.secrets_for(provider):
+        raise ProviderNotConfigured(f"provider {provider!r} is unknown or not configured")
+    if content_length is not None and content_length > settings.max_body_bytes:
+        raise PayloadTooLarge(f"body over {settings.max_body_bytes} bytes")
+
+
+def _count_rejected(label: str, error: RejectedDelivery, address: str | None) -> None:
+    metrics.deliveries_rejected.labels(label, error.reason).inc()
+    log.info("delivery rejected", extra={"provider": label, "reason": str(error),
+                                         "address": address})
 
 
 def _count_secret(provider: str, delivery: Delivery) -> None:
@@ -117,7 +157,7 @@ def _verified_delivery(provider: str) -> Delivery:
     settings: Settings = current_app.extensions["settings"]
     module = providers.get(provider)
     secrets = settings.secrets_for(provider)
-    if module is None or not secrets:
+    if module is None or not secrets:  # checked before the body; a module is needed here
         raise ProviderNotConfigured(f"provider {provider!r} is unknown or not configured")
     body = _read_body(settings.max_body_bytes)
     delivery: Delivery = module.verify(

@@ -11,18 +11,20 @@ from granian.constants import Interfaces
 from granian.server import Server
 
 
-def serve(app: str, *, host: str, port: int, workers: int, threads: int) -> None:
-    """Run the WSGI app factory `app` ("module:function", called in each server process)
-    until SIGTERM or SIGINT."""
+def serve(app: str, *, host: str, port: int, workers: int, threads: int,
+          interface: Interfaces = Interfaces.WSGI) -> None:
+    """Run the app factory `app` ("module:function", called in each server process) until
+    SIGTERM or SIGINT. WSGI: `threads` app threads per process, requests beyond them wait
+    in the server, unread. RSGI: the app runs on the process's event loop and keeps its own
+    `threads` (ingest.front)."""
     Server(
         app,
         factory=True,
-        interface=Interfaces.WSGI,
+        interface=interface,
         address=host,
         port=port,
         workers=workers,
-        # The app's threads per process: requests beyond them wait in the server, unread.
-        blocking_threads=threads,
+        blocking_threads=threads if interface == Interfaces.WSGI else 1,
         websockets=False,
         # A server process that dies (killed, out of memory) is replaced, as gunicorn's
         # arbiter did; without this granian stops the whole server.

@@ -125,3 +125,37 @@ def test_a_body_cut_short_is_400_and_writes_nothing(server, clean_db) -> None:  
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     with clean_db.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM webhook_events").scalar_one() == 0
+
+
+def test_clients_that_stop_sending_hold_no_thread_and_lose_their_connection(server) -> None:  # type: ignore[no-untyped-def]
+    """SPEC, "Hostile clients and bodies": 32 connections send headers and one byte of a
+    body, then nothing. Signed deliveries still get their 200 within 2 s (the server runs
+    2 processes of 2 app threads here), and each stalled client is answered 408 and loses
+    its connection within 30 s."""
+    base, _ = server
+    port = int(base.rsplit(":", 1)[1])
+    stalled = []
+    for _ in range(32):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=35)
+        sock.sendall(b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: 2000\r\n\r\n{")
+        stalled.append(sock)
+    started = time.monotonic()
+    try:
+        time.sleep(0.5)
+        for n in range(8):
+            body, headers = delivery(f"evt_beside_stalled_{n}")
+            sent = time.monotonic()
+            response = requests.post(f"{base}/webhooks/stripe", data=body, headers=headers,
+                                     timeout=5)
+            assert response.status_code == 200 and time.monotonic() - sent < 2.0
+        assert requests.get(f"{base}/healthz", timeout=2).status_code == 200
+        for sock in stalled:
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+        assert time.monotonic() - started < 30
+    finally:
+        for sock in stalled:
+            sock.close()
