@@ -4,7 +4,7 @@ and the console all read through here.
 
 Search (`EventFilter.search`) matches an event id exactly, or a word or phrase of the
 payload's string and number values (Postgres full-text search, `simple` configuration:
-no stemming, case-insensitive), through the GIN index `ix_webhook_events_search`. The
+no stemming, case-insensitive), through the GIN index `ix_webhook_events_search_bounded`. The
 expression below must stay the index's expression (models.EVENT_SEARCH_DOCUMENT), or the
 index is not used.
 """
@@ -20,6 +20,8 @@ from sqlalchemy.engine import Connection
 
 from shared import payloads
 from shared.models import (
+    SEARCH_PAYLOAD_BYTES,
+    SEARCH_PREFIX_CHARS,
     EmailStatus,
     JobStatus,
     jobs,
@@ -33,10 +35,15 @@ from shared.models import (
 
 # The indexed search document, models.EVENT_SEARCH_DOCUMENT, with its columns qualified
 # (jobs has an event_id too); Postgres matches it to the index by meaning, not spelling.
+# Its constants are literals, not bound parameters: the planner matches only constants.
 _SIMPLE: sa.ColumnElement[Any] = sa.literal_column("'simple'::regconfig")
-SEARCH_DOCUMENT = sa.func.to_tsvector(_SIMPLE, webhook_events.c.event_id).op("||")(
-    sa.func.jsonb_to_tsvector(_SIMPLE, webhook_events.c.payload,
-                              sa.literal_column("""'["string", "numeric"]'::jsonb""")))
+_PAYLOAD_TEXT = sa.cast(webhook_events.c.payload, sa.Text)
+SEARCH_DOCUMENT = sa.func.to_tsvector(_SIMPLE, webhook_events.c.event_id).op("||")(sa.case(
+    (sa.func.octet_length(_PAYLOAD_TEXT) <= sa.literal_column(str(SEARCH_PAYLOAD_BYTES)),
+     sa.func.jsonb_to_tsvector(_SIMPLE, webhook_events.c.payload,
+                               sa.literal_column("""'["string", "numeric"]'::jsonb"""))),
+    else_=sa.func.to_tsvector(_SIMPLE, sa.func.left(
+        _PAYLOAD_TEXT, sa.literal_column(str(SEARCH_PREFIX_CHARS))))))
 MAX_PAGE = 500
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

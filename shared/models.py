@@ -98,10 +98,19 @@ def one_of(vocabulary: type[StrEnum], column: str = "status") -> str:
 
 NOW = text("now()")
 # What `webhooks events --search` and the console's search match: the event id and every
-# string and number in the payload, as words (full-text search, no stemming).
-EVENT_SEARCH_DOCUMENT = (
-    "(to_tsvector('simple'::regconfig, event_id) || "
-    "jsonb_to_tsvector('simple'::regconfig, payload, '[\"string\", \"numeric\"]'::jsonb))"
+# string and number in the payload, as words (full-text search, no stemming). A tsvector
+# holds at most 1 MB, and a payload of distinct words makes one about three times its
+# size: so a payload over SEARCH_PAYLOAD_BYTES (as text) is searched by its first
+# SEARCH_PREFIX_CHARS characters instead (keys included), and no payload up to
+# MAX_BODY_BYTES makes the insert fail.
+SEARCH_PAYLOAD_BYTES = 262_144
+SEARCH_PREFIX_CHARS = 65_536
+EVENT_SEARCH_DOCUMENT = (  # as Postgres prints it, so that `alembic check` finds it equal
+    "(to_tsvector('simple'::regconfig, event_id) ||\nCASE\n"
+    f"    WHEN octet_length(payload::text) <= {SEARCH_PAYLOAD_BYTES} THEN "
+    "jsonb_to_tsvector('simple'::regconfig, payload, '[\"string\", \"numeric\"]'::jsonb)\n"
+    f"    ELSE to_tsvector('simple'::regconfig, \"left\"(payload::text, {SEARCH_PREFIX_CHARS}))"
+    "\nEND)"
 )
 
 webhook_events = Table(
@@ -123,8 +132,9 @@ webhook_events = Table(
           postgresql_where=text(f"received_via = '{ReceivedVia.RECONCILE}'")),
     # The listing's order (newest first) and its keyset pagination (shared/events.py).
     Index("ix_webhook_events_received_at_id", "received_at", "id"),
-    # The search (shared/events.py): the event id and the payload's words.
-    Index("ix_webhook_events_search", text(EVENT_SEARCH_DOCUMENT), postgresql_using="gin"),
+    # The search (shared/events.py): the event id and the payload's words (migration 0008).
+    Index("ix_webhook_events_search_bounded", text(EVENT_SEARCH_DOCUMENT),
+          postgresql_using="gin"),
 )
 
 # One row per duplicate delivery, so `webhooks stats` can count duplicates per day.

@@ -1,4 +1,4 @@
-"""The event search must stay on its GIN index (migration 0003, ix_webhook_events_search):
+"""The event search must stay on its GIN index (migration 0008, ix_webhook_events_search_bounded):
 a change of shared.events' search expression that no longer matches the index's would turn
 every search into a sequential scan of the whole table, silently. EXPLAIN of the statement
 list_events really sends says which index the plan reads."""
@@ -16,7 +16,7 @@ from shared.events import EventFilter, list_events
 from shared.models import JobStatus
 from tests import factories
 
-INDEX = "ix_webhook_events_search"
+INDEX = "ix_webhook_events_search_bounded"
 
 
 def sent_statement(conn: Connection, spec: EventFilter) -> tuple[str, Any]:

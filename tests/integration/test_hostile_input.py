@@ -80,3 +80,23 @@ def test_a_row_python_cannot_load_fails_its_own_job_and_the_others_run(  # type:
         detail = events.show_event(conn, "stripe", "evt_poison")
     assert detail is not None and "4300" in detail.event["payload_error"]
     assert '"n": 1' in detail.event["payload"]  # the text Postgres holds
+
+
+def test_a_large_payload_of_distinct_words_is_recorded_and_found(settings, clean_db) -> None:  # type: ignore[no-untyped-def]
+    """1.5 MB of distinct words overflows a tsvector (1 MB); the search document of a large
+    payload is its beginning, so the insert succeeds and the event is still found."""
+    words = " ".join(f"w{n:011x}" for n in range(120_000))  # 1.56 MB, 120,000 distinct
+    event = {"id": "evt_large", "object": "event", "type": "invoice.updated",
+             "created": 1767225600, "data": {"object": {"id": "in_large", "memo": "needle",
+                                                        "description": words}}}
+    body = json.dumps(event).encode()
+    assert len(body) > 1_500_000
+    client = create_app(settings).test_client()
+    response = client.post("/webhooks/stripe", data=body, headers={
+        "Stripe-Signature": factories.stripe_signature(body, STRIPE_SECRET)})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    with db.transaction(clean_db) as conn:
+        by_id = events.list_events(conn, events.EventFilter(search="evt_large"))
+        by_word = events.list_events(conn, events.EventFilter(search="needle"))
+    assert [row.event_id for row in by_id.events] == ["evt_large"]
+    assert [row.event_id for row in by_word.events] == ["evt_large"]
