@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine
 
 from clock.sweep import sweep
 from shared import db, queries, reconciliation, retention, wakeups
+from shared.errors import describe
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,11 @@ def reconcile(settings: Settings, engine: Engine, broker: dramatiq.Broker,
         result = error.result  # type: ignore[attr-defined]
         log.error("reconciliation failed", extra={"provider": provider, "error": str(error),
                                                   "recorded": result.recorded})
+    except Exception as error:  # recorded as a failed run, so the failure metric shows it
+        if db.is_unavailable(error):
+            raise
+        result = reconciliation.Result(provider, since, error=describe(error))
+        log.exception("reconciliation failed", extra={"provider": provider})
     else:
         log.info("reconciled", extra={"provider": provider, "since": since.isoformat(),
                                       "listed": result.listed, "recorded": result.recorded})

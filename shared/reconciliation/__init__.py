@@ -25,7 +25,7 @@ from typing import Protocol
 from sqlalchemy.engine import Engine
 
 from shared import db, queries, wakeups
-from shared.errors import MissingVariable, WebhooksError
+from shared.errors import InvalidPayload, MissingVariable, WebhooksError
 from shared.models import ReceivedVia
 from shared.recording import record_event
 from shared.settings import Settings
@@ -79,6 +79,9 @@ class Result:
     already: int = 0
     recorded: int = 0
     would_record: list[Listing] = field(default_factory=list)  # --dry-run
+    # Events Postgres refuses to store (jsonb: \u0000, NaN), with why: skipped, named in
+    # the run's error, never a run that stops at the same event for ever.
+    skipped: list[tuple[str, str]] = field(default_factory=list)
     error: str | None = None
 
     def summary(self) -> str:
@@ -144,6 +147,8 @@ def reconcile(engine: Engine, source: Source, provider: str, since: datetime, *,
                 result.would_record.extend(missing)
             else:
                 _record(engine, source, provider, missing, result, wake)
+        if result.skipped:
+            raise ReconcileFailed(_skipped_message(result))
     except ReconcileFailed as error:
         result.error = str(error)
         error.result = result  # type: ignore[attr-defined]
@@ -180,8 +185,15 @@ def _record(engine: Engine, source: Source, provider: str, missing: list[Listing
             if payload is None or event_type is None:
                 fetched = source.fetch(listing)
                 event_type, payload = fetched.event_type, fetched.payload
-            done = record_event(engine, provider, listing.event_id, event_type, payload,
-                                via=ReceivedVia.RECONCILE)
+            try:
+                done = record_event(engine, provider, listing.event_id, event_type, payload,
+                                    via=ReceivedVia.RECONCILE)
+            except InvalidPayload as error:
+                result.skipped.append((listing.event_id, str(error)))
+                log.error("event skipped by reconciliation: it cannot be stored",
+                          extra={"provider": provider, "event_id": listing.event_id,
+                                 "error": str(error)})
+                continue
             if done.duplicate:  # a delivery landed since the page was read
                 result.already += 1
                 continue
@@ -197,6 +209,13 @@ def _record(engine: Engine, source: Source, provider: str, missing: list[Listing
     finally:
         if wake is not None and new_jobs:
             wake(new_jobs)
+
+
+def _skipped_message(result: Result) -> str:
+    named = "; ".join(f"{event_id} ({why})" for event_id, why in result.skipped[:3])
+    more = f" and {len(result.skipped) - 3} more" if len(result.skipped) > 3 else ""
+    return (f"{result.provider}: {len(result.skipped)} event(s) skipped, they cannot be "
+            f"stored: {named}{more}")
 
 
 def since_for_clock(engine: Engine, provider: str) -> datetime:

@@ -45,6 +45,11 @@ class GitHubDeliveries:
             yield within
             if len(within) < len(listings):
                 return  # newest first: the rest are older still
+            if url is not None:
+                try:
+                    url = http.check_same_origin(self._base, url)
+                except http.ApiError as error:
+                    raise ReconcileFailed(f"GitHub: {error}") from None
 
     def fetch(self, listing: Listing) -> Fetched:
         try:

@@ -1,10 +1,13 @@
 """An HTTP session for the providers' REST APIs (Paddle, GitHub): urllib3's Retry retries
 idempotent GETs on 429 and 5xx, sleeping as long as a Retry-After header asks (capped),
-else with exponential backoff; every other failure ends the run as ReconcileFailed."""
+else with exponential backoff; every other failure ends the run as ReconcileFailed. The
+session carries the API key, so a pagination link the API answers is followed only to the
+configured API base (same scheme, host and port)."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -47,3 +50,13 @@ def get_json(http: requests.Session, url: str, params: dict[str, Any] | None = N
         return response.json(), response
     except ValueError:
         raise ApiError(f"GET {url}: the answer is not JSON") from None
+
+
+def check_same_origin(base: str, url: str) -> str:
+    """url, if it is on the API base's scheme, host and port; else ApiError (the key must
+    not go to another host)."""
+    want, got = urlsplit(base), urlsplit(url)
+    if (want.scheme, want.hostname, want.port) != (got.scheme, got.hostname, got.port):
+        raise ApiError(f"a pagination link to {got.scheme}://{got.netloc} refused: the API "
+                       f"base is {want.scheme}://{want.netloc}")
+    return url

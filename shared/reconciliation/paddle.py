@@ -38,9 +38,18 @@ class PaddleEvents:
             params = None  # the next URL carries them
             listings = [_listing(event) for event in events]
             yield [listing for listing in listings if listing.created >= since]
+            if url is not None:
+                url = _same_origin(self._base, url)
 
     def fetch(self, listing: Listing) -> Fetched:
         raise AssertionError("Paddle's list carries whole events")
+
+
+def _same_origin(base: str, url: str) -> str:
+    try:
+        return http.check_same_origin(base, url)
+    except http.ApiError as error:
+        raise ReconcileFailed(f"Paddle: {error}") from None
 
 
 def _listing(event: dict[str, Any]) -> Listing:

@@ -24,6 +24,7 @@ GitHub: Bearer token); others get 401. Faults, each consumed per request:
     rate_limited   the next N requests: 429 with Retry-After: 1
     fail_after     after this many more successful requests, every request: 500
                    (until fail_after is set to None again)
+    next_base      Paddle's `next` and GitHub's `Link` point to this base (another host)
 
 In-process: `with FakeProviderApis() as fake: fake.state.stripe_events = [...]`.
 """
@@ -55,6 +56,7 @@ class State:
     github_deliveries: list[dict[str, Any]] = field(default_factory=list)
     rate_limited: int = 0
     fail_after: int | None = None
+    next_base: str | None = None  # pagination links to this base instead of our own
     requests: Counter[str] = field(default_factory=Counter)
     detail_fetches: Counter[int] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -106,7 +108,7 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
 
         def _route(self, path: str, query: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
             auth = self.headers.get("Authorization", "")
-            base = f"http://{self.headers['Host']}"
+            base = state.next_base or f"http://{self.headers['Host']}"
             if path == "/v1/events":
                 if auth != f"Bearer {STRIPE_KEY}":
                     return 401, {"error": {"message": "Invalid API Key"}}, {}

@@ -387,3 +387,43 @@ def test_the_reconcile_command(fake, recording, database_url, settings) -> None:
     failed = runner.invoke(main, ["reconcile", "stripe"], env=env)
     assert failed.exit_code == 1 and "Stripe" in failed.output
     assert runner.invoke(main, ["reconcile", "shopify"], env=env).exit_code == 2
+
+
+def test_an_event_postgres_cannot_store_is_named_skipped_and_the_run_recorded(  # type: ignore[no-untyped-def]
+        fake, recording, database_url) -> None:
+    """A \\u0000 in an older event: the run records the events after it, fails naming it,
+    and the clock records the failed run (the failing-reconciliation alert can fire)."""
+    from clock import schedule
+
+    settings = api_settings(fake, database_url)
+    poison = _paddle_event(0)
+    poison["data"]["custom_data"] = {"note": "a\u0000b"}
+    fake.state.paddle_events = [poison, _paddle_event(1), _paddle_event(2)]
+    with pytest.raises(reconciliation.ReconcileFailed, match=poison["event_id"]) as failure:
+        reconcile(settings, recording, "paddle")
+    assert failure.value.result.recorded == 2  # type: ignore[attr-defined]
+    assert set(events_in_db(recording, "paddle")) == {"evt_01h00000001", "evt_01h00000002"}
+    result = schedule.reconcile(settings, recording, _NoBroker(), "paddle")
+    assert result.error and poison["event_id"] in result.error and result.already == 2
+    with recording.connect() as conn:
+        run = conn.execute(sa.text("SELECT runs, failures, last_error FROM reconcile_runs "
+                                   "WHERE provider = 'paddle'")).one()
+    assert (run.runs, run.failures) == (1, 1) and poison["event_id"] in run.last_error
+
+
+@pytest.mark.parametrize("provider", ["paddle", "github"])
+def test_a_pagination_link_to_another_host_gets_no_credentials(  # type: ignore[no-untyped-def]
+        fake, recording, database_url, provider) -> None:
+    settings = api_settings(fake, database_url)
+    fake.state.paddle_events = [_paddle_event(n) for n in range(250)]
+    fake.state.github_deliveries = [_github_delivery(n) for n in range(150)]
+    with FakeProviderApis() as elsewhere:
+        fake.state.next_base = elsewhere.url
+        with pytest.raises(reconciliation.ReconcileFailed, match="refused") as failure:
+            reconcile(settings, recording, provider)
+        assert sum(elsewhere.state.requests.values()) == 0
+    assert failure.value.result.recorded > 0  # type: ignore[attr-defined]  # page 1 kept
+
+
+class _NoBroker:
+    """schedule.reconcile's broker: nothing is recorded here, so nothing is woken."""
