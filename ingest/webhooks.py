@@ -69,9 +69,8 @@ def receive(provider: str) -> tuple[Response, int] | Response:
                           "webhooks.event_type": delivery.event_type,
                           "webhooks.duplicate": recorded.duplicate})
     metrics.ack_latency.labels(provider).observe(time.perf_counter() - started)
-    return jsonify(
-        {"event_id": delivery.event_id, "duplicate": recorded.duplicate, "status": recorded.status}
-    )
+    return jsonify({"event_id": recorded.event_id or delivery.event_id,
+                    "duplicate": recorded.duplicate, "status": recorded.status})
 
 
 def count_unexpected_refusal(error: BaseException) -> None:

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Table,
@@ -123,6 +124,9 @@ webhook_events = Table(
     Column("payload", JSONB, nullable=False),
     Column("received_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("received_via", Text, nullable=False, server_default=ReceivedVia.DELIVERY.value),
+    # SHA-256 of the body as received, for the providers that do not sign their event ids
+    # (shared.providers.signs_event_id): a body recorded once is a duplicate under any id.
+    Column("body_sha256", LargeBinary, nullable=True),
     PrimaryKeyConstraint("id"),
     UniqueConstraint("provider", "event_id"),
     CheckConstraint(one_of(ReceivedVia, "received_via"), name="received_via"),
@@ -132,6 +136,8 @@ webhook_events = Table(
           postgresql_where=text(f"received_via = '{ReceivedVia.RECONCILE}'")),
     # The listing's order (newest first) and its keyset pagination (shared/events.py).
     Index("ix_webhook_events_received_at_id", "received_at", "id"),
+    Index("ux_webhook_events_body", "provider", "body_sha256", unique=True,
+          postgresql_where=text("body_sha256 IS NOT NULL")),
     # The search (shared/events.py): the event id and the payload's words (migration 0008).
     Index("ix_webhook_events_search_bounded", text(EVENT_SEARCH_DOCUMENT),
           postgresql_using="gin"),

@@ -21,14 +21,18 @@ RECONCILE = ReceivedVia.RECONCILE
 
 # The event and its job in ONE statement, hence one transaction and one round trip (run in
 # autocommit, the statement is the transaction: it returns only once committed).
-# ON CONFLICT DO NOTHING: a concurrent insert of the same (provider, event_id) waits for
-# the other transaction and then inserts nothing, so exactly one delivery creates the event;
-# the job is inserted only from the event row this statement inserted. No row: a duplicate.
+# ON CONFLICT DO NOTHING: a concurrent insert of the same (provider, event_id), or of the
+# same body for a provider whose ids are not signed (body_sha256, NULL for the others),
+# waits for the other transaction and then inserts nothing, so exactly one delivery
+# creates the event; the job is inserted only from the event row this statement inserted.
+# No row: a duplicate.
 EventJobInsert = text("""
     WITH event AS (
-        INSERT INTO webhook_events (provider, event_id, event_type, payload, received_via)
-        VALUES (:provider, :event_id, :event_type, CAST(:payload AS jsonb), :received_via)
-        ON CONFLICT (provider, event_id) DO NOTHING
+        INSERT INTO webhook_events (provider, event_id, event_type, payload, received_via,
+                                    body_sha256)
+        VALUES (:provider, :event_id, :event_type, CAST(:payload AS jsonb), :received_via,
+                :body_sha256)
+        ON CONFLICT DO NOTHING
         RETURNING provider, event_id, event_type
     )
     INSERT INTO jobs (provider, event_id, event_type, trace_context)
@@ -37,12 +41,23 @@ EventJobInsert = text("""
 """)
 
 # A duplicate is counted by appending a row (no hot counter row to contend on), and
-# answered with its job's status: one statement.
+# answered with its job's status: one statement. The event it repeats is the one of its
+# id, or else the one of its body (a re-sent body under a new id).
 DuplicateCounted = text("""
-    WITH counted AS (
-        INSERT INTO webhook_duplicates (provider, event_id) VALUES (:provider, :event_id)
+    WITH original AS (
+        SELECT event_id FROM webhook_events WHERE provider = :provider AND event_id = :event_id
+        UNION ALL
+        (SELECT event_id FROM webhook_events
+         WHERE provider = :provider AND body_sha256 = :body_sha256
+           AND NOT EXISTS (SELECT 1 FROM webhook_events
+                           WHERE provider = :provider AND event_id = :event_id))
+        LIMIT 1
+    ), counted AS (
+        INSERT INTO webhook_duplicates (provider, event_id)
+        SELECT :provider, event_id FROM original
     )
-    SELECT id, status FROM jobs WHERE provider = :provider AND event_id = :event_id
+    SELECT j.id, j.status, o.event_id FROM original o
+    LEFT JOIN jobs j ON j.provider = :provider AND j.event_id = o.event_id
 """)
 
 # --- jobs ---------------------------------------------------------------------------

@@ -6,12 +6,13 @@ one event makes one row and one job however many ways and times it arrives.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import db, queries
+from shared import db, providers, queries
 from shared.errors import DatabaseUnavailable, InvalidPayload
 from shared.models import JobStatus, ReceivedVia
 
@@ -21,6 +22,9 @@ class Recorded:
     job_id: int | None  # None: a duplicate of an event whose job was pruned
     duplicate: bool
     status: str
+    # The event a duplicate repeats: the same id, or for a provider whose ids are not
+    # signed (GitHub, Shopify) possibly another id with the same body.
+    event_id: str | None = None
 
 
 def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
@@ -48,7 +52,10 @@ def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
 
 def _record(engine: Engine, provider: str, event_id: str, event_type: str,
             payload: bytes, via: ReceivedVia, trace_context: str | None) -> Recorded:
-    key = {"provider": provider, "event_id": event_id}
+    # A provider whose signature leaves the id out (GitHub, Shopify): one captured delivery
+    # re-sent under new ids would mint new events, so its body is unique too.
+    body_sha256 = None if providers.signs_event_id(provider) else hashlib.sha256(payload).digest()
+    key = {"provider": provider, "event_id": event_id, "body_sha256": body_sha256}
     try:
         # One statement on an autocommit engine is one transaction, committed before
         # fetch_one returns.
@@ -61,6 +68,8 @@ def _record(engine: Engine, provider: str, event_id: str, event_type: str,
     except (sa.exc.DataError, UnicodeDecodeError):
         # JSON that Python accepts but jsonb refuses (\u0000, lone surrogates, NaN).
         raise InvalidPayload("body is not JSON that Postgres can store") from None
-    if existing is None:
-        return Recorded(job_id=None, duplicate=True, status=JobStatus.DONE)
-    return Recorded(job_id=existing[0], duplicate=True, status=existing[1])
+    if existing is None or existing[0] is None:  # pruned meanwhile, or its job was
+        return Recorded(job_id=None, duplicate=True, status=JobStatus.DONE,
+                        event_id=existing[2] if existing else event_id)
+    return Recorded(job_id=existing[0], duplicate=True, status=existing[1],
+                    event_id=existing[2])

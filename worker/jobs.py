@@ -217,7 +217,10 @@ def _after_done(job: _Applied, result: BatchResult) -> None:
     row = job.row
     result.done += 1
     result.emails_queued += job.emails_queued
-    metrics.jobs_done.labels(row.provider, row.event_type).inc()
+    # Types a handler names only: event types come from senders (GitHub's and Shopify's
+    # are unsigned headers), and every new label value would be a new series.
+    event_type = row.event_type if handlers.registered(row.provider, row.event_type) else "other"
+    metrics.jobs_done.labels(row.provider, event_type).inc()
     metrics.job_latency.observe(max((datetime.now(UTC) - row.received_at).total_seconds(), 0))
     log.info("job done", extra={"job_id": row.id, "provider": row.provider,
                                 "event_id": row.event_id, "outcome": job.outcome})

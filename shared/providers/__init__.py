@@ -17,3 +17,9 @@ PROVIDERS: dict[str, ModuleType] = {
 
 def get(name: str) -> ModuleType | None:
     return PROVIDERS.get(name)
+
+
+def signs_event_id(name: str) -> bool:
+    """Whether the provider's signature covers the event id (GitHub's and Shopify's do
+    not: their ids are headers outside it)."""
+    return bool(getattr(PROVIDERS.get(name), "SIGNED_EVENT_ID", True))

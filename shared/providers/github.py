@@ -1,7 +1,9 @@
 """GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>`.
 
-No timestamp is signed; replays are caught by the event id, `X-GitHub-Delivery`, which
-GitHub keeps when a delivery is redelivered. The legacy SHA-1 `X-Hub-Signature` is ignored.
+No timestamp is signed, and neither is the event id, `X-GitHub-Delivery` (which GitHub
+keeps when a delivery is redelivered): a captured delivery re-sent with a new id is caught
+by its body instead (SIGNED_EVENT_ID, shared/recording.py). The legacy SHA-1
+`X-Hub-Signature` is ignored.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from shared.providers.base import (
 )
 
 name = "github"
+# The id and type headers are outside the signature: a body already recorded is a duplicate.
+SIGNED_EVENT_ID = False
 SIGNATURE = HmacScheme("X-Hub-Signature-256", hex_digest, prefix="sha256=")
 
 

@@ -155,8 +155,9 @@ class World:
             event_id = str(body["event_id"])
         elif provider == "shopify":
             event_type, body = "orders/create", {"id": self.rng.randint(1, 10**12)}
-        elif provider == "github":
-            event_type, body = "push", {"ref": "refs/heads/main"}
+        elif provider == "github":  # a push names its commit: no two bodies are the same
+            event_type = "push"
+            body = {"ref": "refs/heads/main", "after": uuid.uuid4().hex + "00000000"}
         else:
             event_type, event_id = "email.sent", "msg_" + event_id
             body = {"type": event_type, "data": {"id": event_id}}

@@ -100,3 +100,47 @@ def test_a_large_payload_of_distinct_words_is_recorded_and_found(settings, clean
         by_word = events.list_events(conn, events.EventFilter(search="needle"))
     assert [row.event_id for row in by_id.events] == ["evt_large"]
     assert [row.event_id for row in by_word.events] == ["evt_large"]
+
+
+UNSIGNED_IDS = {  # provider: (its signature header, the id header, the type header)
+    "github": ("X-Hub-Signature-256", "X-GitHub-Delivery", "X-GitHub-Event"),
+    "shopify": ("X-Shopify-Hmac-Sha256", "X-Shopify-Webhook-Id", "X-Shopify-Topic"),
+}
+
+
+@pytest.mark.parametrize("provider", sorted(UNSIGNED_IDS))
+def test_a_captured_delivery_resent_with_new_ids_is_a_duplicate(  # type: ignore[no-untyped-def]
+        settings, clean_db, provider) -> None:
+    """GitHub and Shopify sign the body only: one captured delivery re-sent under new ids
+    and types makes no new event or job, and is answered as the original's duplicate."""
+    from dataclasses import replace
+
+    from shared import providers
+
+    signature_header, id_header, type_header = UNSIGNED_IDS[provider]
+    secret = "unsigned-ids-secret"
+    client = create_app(replace(settings, secrets={provider: (secret,)})).test_client()
+    body = json.dumps({"ref": "refs/heads/main", "after": "c0ffee", "n": provider}).encode()
+    signature = providers.get(provider).sign(body, secret, 0)[signature_header]  # type: ignore[union-attr]
+    answers = [client.post(f"/webhooks/{provider}", data=body, headers={
+        signature_header: signature, id_header: f"minted-{n}", type_header: f"type-{n}",
+        "Content-Type": "application/json"}) for n in range(5)]
+    assert [a.status_code for a in answers] == [200] * 5
+    assert [a.json["duplicate"] for a in answers] == [False, True, True, True, True]
+    assert {a.json["event_id"] for a in answers} == {"minted-0"}
+    assert _count(clean_db, "webhook_events") == 1 and _count(clean_db, "jobs") == 1
+    assert _count(clean_db, "webhook_duplicates") == 4
+
+
+def test_metric_labels_take_only_event_types_a_handler_names(settings, clean_db) -> None:  # type: ignore[no-untyped-def]
+    from prometheus_client import REGISTRY
+
+    handlers.load(settings)
+    for n in range(3):
+        factories.insert_event_and_job(clean_db, {"id": f"gh-{n}", "type": f"minted-{n}"},
+                                       provider="github")
+    jobs.process_batch(clean_db, settings, limit=10)
+    names = {sample.labels.get("event_type") for metric in REGISTRY.collect()
+             if metric.name == "webhooks_jobs_done" for sample in metric.samples}
+    assert not any(str(name).startswith("minted-") for name in names)
+    assert "other" in names

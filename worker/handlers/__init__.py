@@ -94,6 +94,11 @@ def find(provider: str, event_type: str) -> Handler | None:
     return _registry.get((provider, event_type)) or _registry.get((provider, "*"))
 
 
+def registered(provider: str, event_type: str) -> bool:
+    """Whether a handler names this very type (not through "*")."""
+    return (provider, event_type) in _registry
+
+
 def load(settings: Settings) -> None:
     """Import the built-in handlers, WEBHOOK_HANDLERS modules and entry points."""
     for module in (*BUILTIN_MODULES, *settings.handler_modules):
