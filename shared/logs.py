@@ -12,6 +12,7 @@ import sys
 from datetime import UTC, datetime
 
 from shared.settings import Settings
+from shared.terminal import visible
 
 # Attributes every LogRecord has; anything else came from `extra=`.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -39,9 +40,16 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
 
-    def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        extras = " ".join(f"{k}={v}" for k, v in _extras(record).items())
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # The message and the extras may carry data (ids, types, errors): their control
+        # characters are escaped, so that no value forges a line or drives the terminal.
+        saved = record.message
+        record.message = visible(saved)
+        try:
+            text = super().formatMessage(record)
+        finally:
+            record.message = saved
+        extras = " ".join(f"{k}={visible(v)}" for k, v in _extras(record).items())
         return f"{text} {extras}" if extras else text
 
 

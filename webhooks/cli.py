@@ -28,6 +28,7 @@ from sqlalchemy.engine import Engine
 from shared.errors import ConfigError, DatabaseUnavailable, MissingVariable, WebhooksError
 from shared.models import JobStatus
 from shared.settings import PROVIDER_SECRET_VARIABLES, Settings
+from shared.terminal import visible
 
 T = TypeVar("T")
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"  # alembic/, as installed
@@ -468,8 +469,8 @@ def reconcile(provider: str, since: datetime | None, dry_run: bool) -> None:
         done = error.result  # type: ignore[attr-defined]
         fail(f"{error} ({done.summary()}; what was recorded stays recorded)")
     for listing in result.would_record:
-        click.echo(f"would record {listing.event_id} {listing.event_type or ''} "
-                   f"{listing.created.isoformat()}".rstrip())
+        click.echo(visible(f"would record {listing.event_id} {listing.event_type or ''} "
+                           f"{listing.created.isoformat()}".rstrip()))
     click.echo(result.summary())
 
 

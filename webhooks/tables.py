@@ -4,6 +4,7 @@ width, an event's detail as text, and both as JSON (datetimes in ISO 8601)."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import date, datetime, timedelta
@@ -11,13 +12,27 @@ from decimal import Decimal
 from typing import Any
 
 from shared.events import EventDetail, EventRow
+from shared.terminal import visible
 
 EVENT_COLUMNS = ("status", "attempts", "age", "provider", "type", "event id", "last error")
 NO_JOB = "-"  # an event whose job is gone
 
 
 def to_json(value: Any) -> str:
-    return json.dumps(value, default=_plain, ensure_ascii=False)
+    """One line of JSON, every non-ASCII character escaped as JSON does (\\u009b, \\u202e):
+    nothing in it drives a terminal."""
+    return _dumps(value)
+
+
+def _dumps(value: Any, indent: int | None = None) -> str:
+    # A payload the ingest accepted may nest about a thousand levels deep; the encoder
+    # recurses once or twice per level.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        return json.dumps(value, default=_plain, indent=indent)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _plain(value: Any) -> Any:
@@ -40,7 +55,8 @@ def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
     """Columns padded to their widest cell, never cut; the last error takes what is left
     of `width` (at least MIN_ERROR characters), on one line, cut with an ellipsis."""
     cells = [[status(row), str(row.attempts), age(now - row.received_at),
-              row.provider, row.event_type, row.event_id, one_line(row.last_error)]
+              visible(row.provider), visible(row.event_type), visible(row.event_id),
+              visible(one_line(row.last_error))]
              for row in rows]
     table = [list(EVENT_COLUMNS), *cells]
     widths = [max(len(line[i]) for line in table) for i in range(len(EVENT_COLUMNS) - 1)]
@@ -102,9 +118,10 @@ def detail_text(detail: EventDetail) -> str:
     if "payload_error" in event:  # as Postgres holds it (shared.payloads)
         lines += [f"payload (cannot be loaded: {event['payload_error']})", event["payload"]]
     else:
-        lines += ["payload", json.dumps(event["payload"], indent=2, ensure_ascii=False,
-                                        default=_plain)]
-    return "\n".join(lines)
+        lines += ["payload", *_dumps(event["payload"], indent=2).split("\n")]
+    # Every line's data with its control characters escaped: no line of it drives the
+    # terminal or starts a line of its own.
+    return "\n".join(visible(line) for line in lines)
 
 
 def _job_lines(job: dict[str, Any] | None) -> list[str]:

@@ -245,3 +245,33 @@ def test_count_events_stops_at_its_bound(clean_db) -> None:  # type: ignore[no-u
         assert count_events(conn, EventFilter()) == 7
         assert count_events(conn, EventFilter(), at_most=3) == 4  # "more than 3"
         assert count_events(conn, EventFilter(), at_most=10) == 7
+
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e\nok  1  2s  stripe  invoice.paid  evt_forged"
+
+
+def test_control_characters_from_data_are_escaped_in_every_output(run, settings, clean_db,  # type: ignore[no-untyped-def]
+                                                                  caplog) -> None:
+    """Ids, types, emails and errors come from senders: the table, the detail and --json
+    print their control characters escaped (no OSC title, clear screen, C1 CSI, bidi
+    override or forged row), and so does the text log."""
+    import logging
+
+    from shared.logs import TextFormatter
+
+    event = factories.stripe_event("invoice.paid" + ESCAPES, factories.invoice(
+        "in_esc", customer="cus" + ESCAPES, email="a@example.com" + ESCAPES),
+        event_id="evt_esc" + ESCAPES)
+    job_id = factories.insert_event_and_job(clean_db, event, last_error="boom" + ESCAPES)
+    outputs = [run("events").output, run("events", "--json").output,
+               run("show", "stripe", event["id"]).output,
+               run("show", "stripe", event["id"], "--json").output]
+    for output in outputs:
+        assert not any(char in output for char in "\x1b\x07\x9b\u202e"), repr(output[:300])
+    table = outputs[0].splitlines()
+    assert len(table) == 2 and "\\x1b]0;pwned\\x07" in table[1]
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "event recorded %s",
+                               ("evt" + ESCAPES,), None)
+    record.event_id, record.job_id = "evt" + ESCAPES, job_id
+    line = TextFormatter().format(record)
+    assert "\n" not in line and "\x1b" not in line and "\\x1b]0;pwned" in line
