@@ -27,7 +27,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
 from console import emails, events, overview
-from console.auth import TOKEN_FIELD, Guard, challenge
+from console.auth import TOKEN_FIELD, Guard, challenge, too_many_failures
 from console.settings import ConsoleSettings
 from console.state import Console
 from shared.errors import DatabaseUnavailable
@@ -85,6 +85,9 @@ def _add_converter(state: BlueprintSetupState) -> None:
 
 def _guard(console: Console) -> Response | None:
     g.webhooks_console = console
+    wait = console.guard.blocked_for()
+    if wait > 0:
+        return too_many_failures(wait)
     if not console.guard.authenticated():
         return challenge()
     if request.method not in ("GET", "HEAD", "OPTIONS"):

@@ -13,6 +13,7 @@ from shared.settings import Settings
 
 DEFAULT_PORT = 8001
 DEFAULT_USER = "admin"
+MIN_PASSWORD_LENGTH = 12  # the console faces the network with Basic auth
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -23,6 +24,9 @@ class ConsoleSettings:
     user: str = DEFAULT_USER
     port: int = DEFAULT_PORT
     readonly: bool = False
+    # CONSOLE_SECRET_KEY: the CSRF tokens' key, the same on every console process; None:
+    # derived from the password with scrypt (console.auth).
+    secret_key: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConsoleSettings:
@@ -32,6 +36,7 @@ class ConsoleSettings:
             user=_user(env.get("CONSOLE_USER", "")),
             port=_port(env.get("CONSOLE_PORT", "").strip()),
             readonly=_flag("CONSOLE_READONLY", env.get("CONSOLE_READONLY", "")),
+            secret_key=env.get("CONSOLE_SECRET_KEY") or None,
         )
 
     def require_password(self) -> None:
@@ -40,6 +45,9 @@ class ConsoleSettings:
         if not self.password:
             raise MissingVariable("CONSOLE_PASSWORD",
                                   "the console never runs without a password")
+        if len(self.password) < MIN_PASSWORD_LENGTH:
+            raise ConfigError("CONSOLE_PASSWORD", f"must be at least {MIN_PASSWORD_LENGTH} "
+                                                  "characters")
 
     def check(self, settings: Settings) -> None:
         """Everything `serve` needs before it listens: DATABASE_URL and BROKER_URL (as every

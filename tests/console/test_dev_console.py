@@ -28,3 +28,29 @@ def test_the_console_port_is_the_one_set_or_a_free_one() -> None:
         chosen = dev._console_port({}, 8000)
     assert chosen != str(dev.CONSOLE_PORT)
     assert dev._console_port({}, dev.CONSOLE_PORT) != str(dev.CONSOLE_PORT)
+
+
+def test_the_dev_secret_files_are_private_from_their_creation(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Created 0600 by open() itself (never written 0644 and chmod'ed after: a reader that
+    opened it in between kept it), in a 0700 folder."""
+    import os
+    import stat
+
+    from webhooks import dev
+
+    modes: list[int] = []
+    real_open = os.open
+
+    def spying_open(path, flags, mode=0o777, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).startswith(str(tmp_path)) and flags & os.O_CREAT:
+            modes.append(mode)
+        return real_open(path, flags, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spying_open)
+    folder = tmp_path / "data"
+    dev.dev_secrets(folder)
+    dev.dev_console_password(folder)
+    assert modes == [0o600, 0o600]
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for name in ("dev-secrets.json", "console-password"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600

@@ -43,8 +43,8 @@ def test_check_names_database_url_then_the_password_then_the_port() -> None:
     with pytest.raises(MissingVariable, match=r"^CONSOLE_PASSWORD"):
         ConsoleSettings().check(Settings.from_env(SERVERS))
     with pytest.raises(ConfigError, match=r"^CONSOLE_PORT"):
-        ConsoleSettings(password="pw", port=8000).check(Settings.from_env(SERVERS))
-    ConsoleSettings(password="pw").check(Settings.from_env(SERVERS))
+        ConsoleSettings(password="a long password", port=8000).check(Settings.from_env(SERVERS))
+    ConsoleSettings(password="a long password").check(Settings.from_env(SERVERS))
 
 
 def test_no_console_without_a_password() -> None:
@@ -53,11 +53,11 @@ def test_no_console_without_a_password() -> None:
 
 
 def test_a_token_is_bound_to_the_user_and_the_password() -> None:
-    guard = Guard(ConsoleSettings(password="pw"))
+    guard = Guard(ConsoleSettings(password="a long password"))
     token = guard.token()
     assert guard.valid_token(token)
-    assert Guard(ConsoleSettings(password="pw")).valid_token(token)  # another process
-    assert not Guard(ConsoleSettings(password="pw2")).valid_token(token)
-    assert not Guard(ConsoleSettings(password="pw", user="ops")).valid_token(token)
+    assert Guard(ConsoleSettings(password="a long password")).valid_token(token)  # another process
+    assert not Guard(ConsoleSettings(password="a long password2")).valid_token(token)
+    assert not Guard(ConsoleSettings(password="a long password", user="ops")).valid_token(token)
     assert not guard.valid_token(token[:-2] + "xx")
     assert not guard.valid_token(None)

@@ -5,6 +5,7 @@ every page, CSRF on every change, read-only mode, replay (failed jobs only), ema
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -477,3 +478,48 @@ def test_mounted_under_a_prefix_every_link_and_form_stays_under_it(
         response = post(client, f"/ops/jobs/{job_id}/replay", {"csrf_token": token_in(page)})
         assert response.headers["Location"].startswith("/ops/events/stripe/evt%2Fpre")
     assert job(clean_db, job_id).status == "pending"
+
+
+def test_failed_logins_are_logged_and_a_client_that_keeps_failing_gets_429(  # type: ignore[no-untyped-def]
+        client: FlaskClient, caplog) -> None:
+    for _ in range(5):
+        assert client.get("/", headers=basic(password="wrong guess 123")).status_code == 401
+    failures = [r for r in caplog.records if r.getMessage() == "console login failed"]
+    assert len(failures) == 5 and all(r.address == "127.0.0.1" for r in failures)  # type: ignore[attr-defined]
+    blocked = client.get("/", headers=basic())  # even the right password, for a while
+    assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) >= 1
+    other = client.get("/", headers=basic(), environ_base={"REMOTE_ADDR": "10.0.0.9"})
+    assert other.status_code == 200  # another address is not held back
+
+
+def test_a_short_console_password_is_refused() -> None:
+    from shared.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^CONSOLE_PASSWORD"):
+        ConsoleSettings(password="eleven char").require_password()
+    ConsoleSettings(password="twelve chars").require_password()
+
+
+def test_a_csrf_token_is_no_cheap_offline_test_of_the_password(
+        clean_db: Engine, broker: StubBroker) -> None:
+    """The review's attack: the token's key was an HMAC of the password, so one token let
+    anyone test guesses at memory speed. The key is now scrypt of it (or
+    CONSOLE_SECRET_KEY, shared by every console process)."""
+    import hashlib
+    import hmac
+
+    from itsdangerous import BadSignature, URLSafeTimedSerializer
+
+    from console.auth import signing_key
+
+    failed_event(clean_db)
+    with make_app(clean_db, broker).test_client() as test_client:
+        token = page_token(test_client)
+    cheap = hmac.new(PASSWORD.encode(), b"webhooks console: CSRF signing key", hashlib.sha256)
+    with pytest.raises(BadSignature):
+        URLSafeTimedSerializer(cheap.hexdigest(), salt="webhooks-console-csrf").loads(token)
+    started = time.perf_counter()
+    signing_key(ConsoleSettings(password=PASSWORD))
+    assert time.perf_counter() - started > 0.01  # each guess costs a key derivation
+    shared = ConsoleSettings(password=PASSWORD, secret_key="one key for every console")
+    assert signing_key(shared) == "one key for every console"
