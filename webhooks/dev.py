@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 
@@ -139,6 +140,15 @@ def _stop_embedded(settings: Settings) -> None:
     click.echo("stopped")
 
 
+def without_password(url: str) -> str:
+    """A server URL to print: its password, if any, shown as ***."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _banner(settings: Settings, env: dict[str, str]) -> None:
     url = f"http://{LOOPBACK}:{settings.port}"
     password = (f"{env['CONSOLE_PASSWORD']}   (kept in {settings.data_dir / 'console-password'})"
@@ -150,8 +160,8 @@ webhooks is running
   health:   {url}/healthz  {url}/readyz  {url}/metrics
   console:  http://{LOOPBACK}:{env['CONSOLE_PORT']}/
             user {env.get('CONSOLE_USER') or 'admin'}, password {password}
-  database: {env['DATABASE_URL']}
-  broker:   {env['BROKER_URL']}
+  database: {without_password(env['DATABASE_URL'])}
+  broker:   {without_password(env['BROKER_URL'])}
   secrets:  {settings.data_dir / 'dev-secrets.json'} (unless set in the environment)
 
 send a signed test event (in another terminal, same folder):

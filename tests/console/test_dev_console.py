@@ -54,3 +54,11 @@ def test_the_dev_secret_files_are_private_from_their_creation(tmp_path, monkeypa
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     for name in ("dev-secrets.json", "console-password"):
         assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
+
+
+def test_the_banner_prints_no_database_or_broker_password() -> None:
+    from webhooks.dev import without_password
+
+    assert without_password("postgresql://app:s3cret@db:5432/x") == "postgresql://app:***@db:5432/x"
+    assert without_password("redis://:hunter2@cache:6379/0") == "redis://:***@cache:6379/0"
+    assert without_password("unix:///tmp/redis.sock?db=0") == "unix:///tmp/redis.sock?db=0"
