@@ -335,8 +335,10 @@ class Moment(click.ParamType):
             return value
         text = str(value).strip()
         if match := self._AGE.match(text):
-            ago = timedelta(**{self._UNITS[match[2]]: int(match[1])})
-            return datetime.now(UTC) - ago
+            try:
+                return datetime.now(UTC) - timedelta(**{self._UNITS[match[2]]: int(match[1])})
+            except (OverflowError, ValueError):
+                self.fail(f"{text!r} reaches back past the year 1", param, ctx)
         try:
             moment = datetime.fromisoformat(text)
         except ValueError:

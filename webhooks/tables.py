@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -94,7 +94,8 @@ def cut(text: str, width: int) -> str:
 
 
 def detail_json(detail: EventDetail) -> str:
-    return to_json(asdict(detail))
+    # Its fields, not asdict(): that copies the payload recursively, level by level.
+    return to_json({field.name: getattr(detail, field.name) for field in fields(detail)})
 
 
 def detail_text(detail: EventDetail) -> str:

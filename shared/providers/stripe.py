@@ -55,11 +55,16 @@ def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
 
 
 def _timestamp(signature: str) -> str | None:
-    for part in signature.split(","):
-        key, _, value = part.strip().partition("=")
-        if key == "t":
-            return value
-    raise InvalidSignature("Stripe-Signature has no timestamp")
+    """The one `t=`: the stripe library verifies the first part whose key is exactly `t`,
+    so a header with another (` t=`, a second `t=`) could have this check look at a
+    timestamp other than the signed one; it is refused."""
+    found = [part.partition("=") for part in signature.split(",")
+             if part.strip().partition("=")[0] == "t"]
+    if not found:
+        raise InvalidSignature("Stripe-Signature has no timestamp")
+    if len(found) > 1 or found[0][0] != "t":
+        raise InvalidSignature("Stripe-Signature must carry one timestamp, as `t=`")
+    return found[0][2]
 
 
 def _valid(text: str, signature: str, secret: str, tolerance: int) -> bool:

@@ -275,3 +275,18 @@ def test_control_characters_from_data_are_escaped_in_every_output(run, settings,
     record.event_id, record.job_id = "evt" + ESCAPES, job_id
     line = TextFormatter().format(record)
     assert "\n" not in line and "\x1b" not in line and "\\x1b]0;pwned" in line
+
+
+def test_an_age_past_the_year_one_is_a_usage_error(run) -> None:  # type: ignore[no-untyped-def]
+    result = run("events", "--since", "99999999d")
+    assert result.exit_code == 2 and "year 1" in result.output
+
+
+def test_show_prints_a_payload_nested_as_deep_as_the_ingest_accepts(run, clean_db) -> None:  # type: ignore[no-untyped-def]
+    deep: Any = "bottom"
+    for _ in range(900):
+        deep = [deep]
+    factories.insert_event_and_job(clean_db, {"id": "evt_deep", "type": "x", "data": deep})
+    for args in (("show", "stripe", "evt_deep"), ("show", "stripe", "evt_deep", "--json")):
+        result = run(*args)
+        assert result.exit_code == 0 and "bottom" in result.output, result.output[-300:]

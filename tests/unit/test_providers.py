@@ -652,3 +652,21 @@ def test_sign_round_trip(scheme: Scheme) -> None:
         # The same file signed twice is the same event.
         again = Headers(scheme.module.sign(scheme.body, scheme.key, NOW + 1))
         assert scheme.verify(scheme.body, again).event_id == delivery.event_id
+
+
+@pytest.mark.parametrize("layout", ["{v1}, t={now},t={future}", "{v1},t={now},t={future}",
+                                    "{v1}, t={future}"])
+def test_stripe_future_timestamp_is_not_sidestepped_by_reordering_the_header(
+        layout: str) -> None:
+    """Signed over a timestamp an hour ahead, then dressed so that a naive parser finds
+    a fresh `t` first: refused (the signed one is outside the tolerance)."""
+    from shared.providers import stripe as scheme
+
+    now = int(time.time())
+    future = now + 3600
+    body = b'{"id": "evt_future", "type": "invoice.paid"}'
+    signed = scheme.sign(body, "whsec_reorder", future)["Stripe-Signature"]
+    v1 = signed.split(",", 1)[1]
+    header = layout.format(v1=v1, now=now, future=future)
+    with pytest.raises(InvalidSignature):
+        scheme.verify(body, {"Stripe-Signature": header}, ("whsec_reorder",), 300, now)
