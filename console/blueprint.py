@@ -31,6 +31,7 @@ from console.auth import TOKEN_FIELD, Guard, challenge, too_many_failures
 from console.settings import ConsoleSettings
 from console.state import Console
 from shared.errors import DatabaseUnavailable
+from shared.events import MAX_ROW_ID
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,21 @@ def _add_converter(state: BlueprintSetupState) -> None:
     state.app.url_map.converters.setdefault("eventid", EventIdConverter)
 
 
+def _holds_nul() -> bool:
+    """Postgres's text holds no NUL: a filter or id with one can match nothing."""
+    values = [request.path, *(v for _, vs in request.args.lists() for v in vs)]
+    if request.method == "POST":
+        values += [v for _, vs in request.form.lists() for v in vs]
+    return any("\x00" in value for value in values)
+
+
 def _guard(console: Console) -> Response | None:
     g.webhooks_console = console
+    if _holds_nul():
+        abort(400, "A NUL character is in the address or the form: nothing to look up.")
+    if any(isinstance(value, int) and value > MAX_ROW_ID
+           for value in (request.view_args or {}).values()):
+        abort(404, "No such row: the id is beyond any row's.")
     wait = console.guard.blocked_for()
     if wait > 0:
         return too_many_failures(wait)

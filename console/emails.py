@@ -9,7 +9,7 @@ from flask import Blueprint, abort, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from console.state import current, reading
-from shared.events import list_emails
+from shared.events import MAX_ROW_ID, list_emails
 from shared.models import EmailStatus, outbox
 from shared.replay import retry_email
 
@@ -25,6 +25,8 @@ def register(blueprint: Blueprint) -> None:
 def listing() -> str:
     status = _status(request.args.get("status", "").strip())
     before = request.args.get("before", type=int)
+    if before is not None and not 0 < before <= MAX_ROW_ID:
+        abort(400, "before: not an email id")
     with reading() as conn:
         rows = list_emails(conn, status, limit=PAGE_SIZE + 1, before_id=before)
     older = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None

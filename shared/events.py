@@ -45,6 +45,7 @@ SEARCH_DOCUMENT = sa.func.to_tsvector(_SIMPLE, webhook_events.c.event_id).op("||
     else_=sa.func.to_tsvector(_SIMPLE, sa.func.left(
         _PAYLOAD_TEXT, sa.literal_column(str(SEARCH_PREFIX_CHARS))))))
 MAX_PAGE = 500
+MAX_ROW_ID = 2**63 - 1  # bigint
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -74,7 +75,10 @@ class Cursor:
     def parse(cls, token: str) -> Cursor:
         """ValueError on anything but a token() of ours."""
         micros, _, row_id = token.partition("_")
-        return cls(EPOCH + timedelta(microseconds=int(micros)), int(row_id))
+        found = cls(EPOCH + timedelta(microseconds=int(micros)), int(row_id))
+        if not 0 < found.id <= MAX_ROW_ID:
+            raise ValueError(f"row id {found.id} is out of range")
+        return found
 
 
 @dataclass(frozen=True)

@@ -523,3 +523,24 @@ def test_a_csrf_token_is_no_cheap_offline_test_of_the_password(
     assert time.perf_counter() - started > 0.01  # each guess costs a key derivation
     shared = ConsoleSettings(password=PASSWORD, secret_key="one key for every console")
     assert signing_key(shared) == "one key for every console"
+
+
+MALFORMED = ["/events?search=a%00b", "/events?type=%00", "/events?provider=x%00",
+             "/events/stripe/evt%00x", "/events?after=99999999999999999999999",
+             "/events?after=not-a-cursor", "/emails?before=99999999999999999999",
+             "/emails?before=-99999999999999999999",
+             "/events?since=%00", "/emails?status=%00", "/events?after=2026-01-01T00:00:00%00"]
+
+
+@pytest.mark.parametrize("path", MALFORMED)
+def test_malformed_input_is_a_4xx_never_a_500(client: FlaskClient, path: str) -> None:
+    assert 400 <= get(client, path).status_code < 500, path
+
+
+@pytest.mark.parametrize("path", ["/jobs/99999999999999999999/replay",
+                                  "/emails/99999999999999999999/retry"])
+def test_an_out_of_range_id_is_a_4xx_never_a_500(client: FlaskClient, clean_db: Engine,
+                                                 path: str) -> None:
+    failed_event(clean_db)
+    token = page_token(client)
+    assert 400 <= post(client, path, {"csrf_token": token}).status_code < 500
