@@ -54,6 +54,11 @@ class Front:
         if refused is not None:
             _answer(protocol, *refused, close=True)
             return
+        declared = environ.get("CONTENT_LENGTH")
+        if declared and (not declared.isdigit() or int(declared) > self._limit):
+            # Any path: no body over the limit is read into memory, announced or not.
+            _answer(protocol, 413, {"error": f"body over {self._limit} bytes"}, close=True)
+            return
         try:
             body = await asyncio.wait_for(
                 _body(protocol, self._limit, environ.get("CONTENT_LENGTH")), BODY_SECONDS)
@@ -68,8 +73,7 @@ class Front:
             return
         except Exception:  # the connection broke (RSGIProtocolClosed): the body is lost
             body = None
-        declared = environ.get("CONTENT_LENGTH")
-        if body is None or (declared and declared.isdigit() and len(body) < int(declared)):
+        if body is None or (declared and len(body) < int(declared)):
             _count_refused(environ, "payload")
             _answer(protocol, 400, {"error": "body shorter than its Content-Length (client "
                                              "went away)"}, close=True)
@@ -88,8 +92,8 @@ class _TooLarge(Exception):
 
 
 async def _body(protocol: Any, limit: int, declared: str | None) -> bytes:
-    """The whole body, at most `limit` bytes. With a Content-Length (refusal() has held it
-    to the limit) in one read; a chunked body chunk by chunk, counted."""
+    """The whole body, at most `limit` bytes. With a Content-Length (already held to the
+    limit) in one read; a chunked body chunk by chunk, counted."""
     if declared is not None:
         body: bytes = await protocol()
         return body

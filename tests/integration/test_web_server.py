@@ -159,3 +159,14 @@ def test_clients_that_stop_sending_hold_no_thread_and_lose_their_connection(serv
     finally:
         for sock in stalled:
             sock.close()
+
+
+def test_no_path_reads_a_body_announced_over_the_limit(server) -> None:  # type: ignore[no-untyped-def]
+    """Not only the webhook routes: a POST anywhere announcing a gigabyte is answered 413
+    from its headers, and nothing of it is read into memory."""
+    base, _ = server
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:100]
