@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import sys
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +28,7 @@ from typing import Any
 from flask import Flask
 
 from ingest import webhooks
-from shared import metrics, providers
-
-log = logging.getLogger(__name__)
+from shared.errors import BodyTimeout, InvalidPayload, PayloadTooLarge, RejectedDelivery
 
 # A body must arrive within this long of the request's headers. A provider's delivery is
 # a few kilobytes sent at once; MAX_BODY_BYTES at a slow client's pace fits well within it.
@@ -52,31 +49,29 @@ class Front:
         environ = _environ(scope)
         refused = webhooks.refusal(self._app, environ)
         if refused is not None:
-            _answer(protocol, *refused, close=True)
+            _answer(protocol, *refused)
             return
+        too_large = PayloadTooLarge(f"body over {self._limit} bytes")
         declared = environ.get("CONTENT_LENGTH")
         if declared and (not declared.isdigit() or int(declared) > self._limit):
             # Any path: no body over the limit is read into memory, announced or not.
-            _answer(protocol, 413, {"error": f"body over {self._limit} bytes"}, close=True)
+            self._refuse(protocol, environ, too_large)
             return
         try:
             body = await asyncio.wait_for(
                 _body(protocol, self._limit, environ.get("CONTENT_LENGTH")), BODY_SECONDS)
         except TimeoutError:
-            _count_refused(environ, "body_timeout")
-            _answer(protocol, 408, {"error": f"body not received within {BODY_SECONDS:g} s"},
-                    close=True)
+            self._refuse(protocol, environ,
+                         BodyTimeout(f"body not received within {BODY_SECONDS:g} s"))
             return
         except _TooLarge:
-            _count_refused(environ, "too_large")
-            _answer(protocol, 413, {"error": f"body over {self._limit} bytes"}, close=True)
+            self._refuse(protocol, environ, too_large)
             return
         except Exception:  # the connection broke (RSGIProtocolClosed): the body is lost
             body = None
         if body is None or (declared and len(body) < int(declared)):
-            _count_refused(environ, "payload")
-            _answer(protocol, 400, {"error": "body shorter than its Content-Length (client "
-                                             "went away)"}, close=True)
+            self._refuse(protocol, environ, InvalidPayload(
+                "body shorter than its Content-Length (client went away)"))
             return
         environ["CONTENT_LENGTH"] = str(len(body))
         environ.pop("HTTP_TRANSFER_ENCODING", None)
@@ -85,6 +80,11 @@ class Front:
         status, headers, content = await loop.run_in_executor(self._pool, _call, self._app,
                                                               environ)
         protocol.response_bytes(status, headers, content)
+
+    def _refuse(self, protocol: Any, environ: dict[str, Any], error: RejectedDelivery) -> None:
+        """Answer a request refused while its body was read, and close the connection."""
+        webhooks.count_rejected(self._app, environ, error)
+        _answer(protocol, error.status, {"error": str(error)})
 
 
 class _TooLarge(Exception):
@@ -159,17 +159,8 @@ def _call(app: Flask, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str
     return int(status.split(" ", 1)[0]), list(headers), content
 
 
-def _answer(protocol: Any, status: int, body: dict[str, str], *, close: bool) -> None:
-    headers = [("content-type", "application/json")]
-    if close:
-        headers.append(("connection", "close"))
+def _answer(protocol: Any, status: int, body: dict[str, str]) -> None:
+    """A refusal: its body is left unread, so the connection is not used again."""
+    headers = [("content-type", "application/json"), ("connection", "close")]
     protocol.response_bytes(status, headers, json.dumps(body).encode())
 
-
-def _count_refused(environ: dict[str, Any], reason: str) -> None:
-    provider = webhooks.provider_of(environ.get("PATH_INFO", ""))
-    if provider is not None:
-        label = provider if provider in providers.PROVIDERS else "unknown"
-        metrics.deliveries_rejected.labels(label, reason).inc()
-        log.info("delivery rejected", extra={"provider": label, "reason": reason,
-                                             "address": environ.get("REMOTE_ADDR")})

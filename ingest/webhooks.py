@@ -40,7 +40,7 @@ RETRY_AFTER_SECONDS = "5"
 @blueprint.post(f"{PATH_PREFIX}<provider>")
 def receive(provider: str) -> tuple[Response, int] | Response:
     started = time.perf_counter()
-    label = provider if provider in providers.PROVIDERS else "unknown"
+    label = _label(provider)
     try:
         _check_before_body(current_app, provider, request.remote_addr, request.content_length)
         delivery = _verified_delivery(provider)
@@ -80,8 +80,7 @@ def count_unexpected_refusal(error: BaseException) -> None:
     if request.blueprint != blueprint.name:
         return
     provider = (request.view_args or {}).get("provider", "")
-    label = provider if provider in providers.PROVIDERS else "unknown"
-    metrics.deliveries_rejected.labels(label, _refusal_reason(error)).inc()
+    metrics.deliveries_rejected.labels(_label(provider), _refusal_reason(error)).inc()
 
 
 def _refusal_reason(error: BaseException | None) -> str:
@@ -116,10 +115,22 @@ def refusal(app: Flask, environ: dict[str, Any]) -> tuple[int, dict[str, str]] |
     except ValueError:
         return None  # a malformed Content-Length: werkzeug answers it as the app would
     except RejectedDelivery as error:
-        _count_rejected(provider if provider in providers.PROVIDERS else "unknown", error,
-                        address)
+        _count_rejected(_label(provider), error, address)
         return error.status, {"error": str(error)}
     return None
+
+
+def count_rejected(app: Flask, environ: dict[str, Any], error: RejectedDelivery) -> None:
+    """A delivery the front refused while reading its body (ingest.front), counted and
+    logged as the route counts its own refusals; nothing for other paths."""
+    provider = provider_of(environ.get("PATH_INFO", ""))
+    if provider is not None:
+        _count_rejected(_label(provider), error, app.extensions["client_address"](environ))
+
+
+def _label(provider: str) -> str:
+    """The metric label of a provider named in a path: only known ones, else "unknown"."""
+    return provider if provider in providers.PROVIDERS else "unknown"
 
 
 def _check_before_body(app: Flask, provider: str, address: str | None,

@@ -51,6 +51,13 @@ class PayloadTooLarge(RejectedDelivery):
     reason = "too_large"
 
 
+class BodyTimeout(RejectedDelivery):
+    """The client stopped sending before its body was whole (ingest.front)."""
+
+    status = 408
+    reason = "body_timeout"
+
+
 class ProviderNotConfigured(RejectedDelivery):
     status = 404
     reason = "not_configured"

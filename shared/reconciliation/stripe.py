@@ -11,8 +11,8 @@ as it arrives.
 The payload recorded is each event's JSON as the response carried it: the list is read
 with the library's `raw_request` (its authentication, retries and errors), not turned
 into the library's objects, which make `*_decimal` strings Decimals (not what Stripe
-sent) and cost more than the JSON itself. The library retries 5xx and connection errors; a 429 is
-retried here after its Retry-After (or a backoff)."""
+sent) and cost more than the JSON itself. The library retries 5xx and connection errors;
+a 429 is retried here after its Retry-After (or a backoff)."""
 
 from __future__ import annotations
 
