@@ -20,10 +20,9 @@ PAGE = 100
 
 class GitHubDeliveries:
     def __init__(self, token: str, api_base: str, hooks: tuple[str, ...]) -> None:
-        self._http = http.session({"Authorization": f"Bearer {token}",
-                                   "Accept": "application/vnd.github+json",
-                                   "X-GitHub-Api-Version": "2022-11-28"})
-        self._base = api_base.rstrip("/")
+        self._api = http.Api(api_base, {"Authorization": f"Bearer {token}",
+                                        "Accept": "application/vnd.github+json",
+                                        "X-GitHub-Api-Version": "2022-11-28"})
         self._hooks = hooks
 
     def pages(self, since: datetime) -> Iterator[list[Listing]]:
@@ -31,11 +30,11 @@ class GitHubDeliveries:
             yield from self._hook_pages(hook, since)
 
     def _hook_pages(self, hook: str, since: datetime) -> Iterator[list[Listing]]:
-        url: str | None = f"{self._base}/{hook}/deliveries"
+        url: str | None = f"{self._api.base}/{hook}/deliveries"
         params: dict[str, Any] | None = {"per_page": PAGE}
         while url:
             try:
-                deliveries, response = http.get_json(self._http, url, params)
+                deliveries, response = self._api.get_json(url, params)
             except http.ApiError as error:
                 raise ReconcileFailed(f"GitHub: {error}") from None
             params = None  # the Link URL carries them
@@ -45,15 +44,10 @@ class GitHubDeliveries:
             yield within
             if len(within) < len(listings):
                 return  # newest first: the rest are older still
-            if url is not None:
-                try:
-                    url = http.check_same_origin(self._base, url)
-                except http.ApiError as error:
-                    raise ReconcileFailed(f"GitHub: {error}") from None
 
     def fetch(self, listing: Listing) -> Fetched:
         try:
-            body, _ = http.get_json(self._http, f"{self._base}/{listing.ref}")
+            body, _ = self._api.get_json(f"{self._api.base}/{listing.ref}")
             request = body["request"]
             headers = {name.lower(): value for name, value in request["headers"].items()}
             payload = request["payload"]

@@ -18,16 +18,15 @@ PAGE = 200
 
 class PaddleEvents:
     def __init__(self, api_key: str, api_base: str) -> None:
-        self._http = http.session({"Authorization": f"Bearer {api_key}",
-                                   "Accept": "application/json"})
-        self._base = api_base.rstrip("/")
+        self._api = http.Api(api_base, {"Authorization": f"Bearer {api_key}",
+                                        "Accept": "application/json"})
 
     def pages(self, since: datetime) -> Iterator[list[Listing]]:
-        url: str | None = f"{self._base}/events"
+        url: str | None = f"{self._api.base}/events"
         params: dict[str, Any] | None = {"order_by": "id[ASC]", "per_page": PAGE}
         while url:
             try:
-                body, _ = http.get_json(self._http, url, params)
+                body, _ = self._api.get_json(url, params)
                 events, url = body["data"], body["meta"]["pagination"].get("next")
                 if not body["meta"]["pagination"].get("has_more", True):
                     url = None
@@ -38,18 +37,9 @@ class PaddleEvents:
             params = None  # the next URL carries them
             listings = [_listing(event) for event in events]
             yield [listing for listing in listings if listing.created >= since]
-            if url is not None:
-                url = _same_origin(self._base, url)
 
     def fetch(self, listing: Listing) -> Fetched:
         raise AssertionError("Paddle's list carries whole events")
-
-
-def _same_origin(base: str, url: str) -> str:
-    try:
-        return http.check_same_origin(base, url)
-    except http.ApiError as error:
-        raise ReconcileFailed(f"Paddle: {error}") from None
 
 
 def _listing(event: dict[str, Any]) -> Listing:
