@@ -36,7 +36,7 @@ def dev_secrets(data_dir: Path) -> dict[str, str]:
     if path.exists():
         stored: dict[str, str] = json.loads(path.read_text())
         return stored
-    _private_folder(data_dir)
+    embedded.private_folder(data_dir)
     made = {
         variable: (
             "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
@@ -45,7 +45,7 @@ def dev_secrets(data_dir: Path) -> dict[str, str]:
         )
         for provider, variable in PROVIDER_SECRET_VARIABLES.items()
     }
-    _write_private(path, json.dumps(made, indent=2))
+    embedded.write_private(path, json.dumps(made, indent=2))
     return made
 
 
@@ -54,24 +54,10 @@ def dev_console_password(data_dir: Path) -> str:
     path = data_dir / "console-password"
     if path.exists():
         return path.read_text().strip()
-    _private_folder(data_dir)
+    embedded.private_folder(data_dir)
     password = secrets.token_urlsafe(18)
-    _write_private(path, password + "\n")
+    embedded.write_private(path, password + "\n")
     return password
-
-
-def _private_folder(folder: Path) -> None:
-    """The data folder, readable by its owner only (its logs hold payloads)."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    folder.chmod(0o700)
-
-
-def _write_private(path: Path, text: str) -> None:
-    """A new file created 0600 from the start: never readable by others, even for the
-    moment between a write and a chmod."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        file.write(text)
 
 
 def _console_port(env: dict[str, str], web_port: int) -> str:
@@ -94,7 +80,7 @@ def environment(settings: Settings) -> dict[str, str]:
     """The environment for the child processes: the URLs (of the embedded servers, started
     here, where DATABASE_URL or BROKER_URL is unset) and the dev secrets."""
     env = dict(os.environ)
-    _private_folder(settings.data_dir)  # before any server writes its files into it
+    embedded.private_folder(settings.data_dir)  # before any server writes its files into it
     env["DATABASE_URL"] = settings.database_url or embedded.start_postgres(settings.data_dir)
     env["BROKER_URL"] = settings.broker_url or embedded.start_broker(settings.data_dir)
     env["WEBHOOKS_DATA_DIR"] = str(settings.data_dir)

@@ -1,6 +1,7 @@
 """`webhooks dev` from a fresh clone, with no DATABASE_URL or BROKER_URL: embedded Postgres
 and broker, a signed event sent with `webhooks send` gets processed, the ingest listens on
-127.0.0.1 only, and Ctrl-C stops everything, the embedded servers included."""
+127.0.0.1 only, Ctrl-C stops everything, the embedded servers included, and no folder
+outside `.webhooks/` gains a permission (the clone sits in a 0700 folder, as under /root)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ def fresh_clone(target: Path) -> Path:
 
 
 def test_dev_runs_everything_embedded_and_processes_a_sent_event(tmp_path: Path) -> None:
-    clone = fresh_clone(tmp_path / "clone")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    clone = fresh_clone(home / "clone")
+    ancestors = {folder: folder.stat().st_mode for folder in (clone, *clone.parents)}
     port = processes.free_port()
     env = {k: v for k, v in os.environ.items()
            # No XDG_RUNTIME_DIR, as on many servers: no command may warn about it.
@@ -75,6 +79,7 @@ def test_dev_runs_everything_embedded_and_processes_a_sent_event(tmp_path: Path)
             # The embedded servers it started ended with it.
             assert embedded.running_postgres_url(data_dir) is None
             assert embedded.running_broker_url(data_dir) is None
+            assert {folder: folder.stat().st_mode for folder in ancestors} == ancestors
         finally:
             if dev.poll() is None:
                 dev.kill()
