@@ -12,12 +12,12 @@ from console.settings import ConsoleSettings
 from shared.errors import ConfigError, MissingVariable
 from shared.settings import Settings
 
-ANY_INTERFACE = "0.0.0.0"  # noqa: S104 - a deployed console sits behind the platform's router
+LOOPBACK = "127.0.0.1"  # payloads and customer emails: reachable from elsewhere only if asked
 
 
 @click.command()
-@click.option("--host", default=ANY_INTERFACE, show_default=True,
-              help="Interface to listen on ($CONSOLE_PORT is the port).")
+@click.option("--host", default=LOOPBACK, show_default=True, envvar="CONSOLE_HOST",
+              help="Interface to listen on ($CONSOLE_HOST; $CONSOLE_PORT is the port).")
 def main(host: str) -> None:
     """The operator console on $CONSOLE_PORT."""
     try:

@@ -34,6 +34,9 @@ T = TypeVar("T")
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"  # alembic/, as installed
 SOURCE_MIGRATIONS = Path(__file__).resolve().parents[1] / "alembic"  # a source checkout
 ANY_INTERFACE = "0.0.0.0"  # noqa: S104 - a deployed web serves the platform's router
+# The console and the worker metrics answer on loopback unless told otherwise: the console
+# shows payloads and customer emails over Basic auth, the metrics have no auth at all.
+LOOPBACK = "127.0.0.1"
 
 
 def load_settings() -> Settings:
@@ -162,7 +165,7 @@ def worker(processes: int, threads: int) -> None:
 
 def _serve_worker_metrics() -> None:
     """/metrics for the worker processes (aggregated over them) on $WORKER_METRICS_PORT
-    (default 9191; 0 disables), on $WORKER_METRICS_HOST (default every interface). A port
+    (default 9191; 0 disables), on $WORKER_METRICS_HOST (default 127.0.0.1). A port
     already taken, by another worker on the same host, is logged and skipped: that
     worker's /metrics already serves this host."""
     port = int(os.environ.get("WORKER_METRICS_PORT", "9191") or 0)
@@ -172,7 +175,7 @@ def _serve_worker_metrics() -> None:
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    host = os.environ.get("WORKER_METRICS_HOST") or ANY_INTERFACE
+    host = os.environ.get("WORKER_METRICS_HOST") or LOOPBACK
     try:
         start_http_server(port, addr=host, registry=registry)
     except OSError as error:
@@ -424,8 +427,8 @@ def show(provider: str, event_id: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--host", default=ANY_INTERFACE, show_default=True,
-              help="Interface to listen on ($CONSOLE_PORT is the port).")
+@click.option("--host", default=LOOPBACK, show_default=True, envvar="CONSOLE_HOST",
+              help="Interface to listen on ($CONSOLE_HOST; $CONSOLE_PORT is the port).")
 def console(host: str) -> None:
     """The operator console on $CONSOLE_PORT (HTTP Basic auth: CONSOLE_USER and
     CONSOLE_PASSWORD)."""
