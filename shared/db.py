@@ -55,6 +55,9 @@ def create_engine(
         max_overflow=pool_size,
         pool_timeout=5,
         pool_recycle=1800,
+        # Errors name the statement, never its values: those are customer ids and emails,
+        # and errors reach the logs at WARNING and ERROR.
+        hide_parameters=True,
         connect_args={
             "connect_timeout": 3,
             "application_name": "webhooks",

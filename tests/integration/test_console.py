@@ -5,6 +5,7 @@ every page, CSRF on every change, read-only mode, replay (failed jobs only), ema
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -221,6 +222,26 @@ def test_replay_all_says_how_many_then_moves_exactly_the_filtered_failed_jobs(
     assert job(clean_db, other_provider).status == "failed"
     assert job(clean_db, done).status == "done"
     assert jobs_woken(broker) == 1  # one wake-up per claim's worth of jobs
+
+
+def test_replay_alls_confirmation_is_a_get_that_locks_nothing(
+        clean_db: Engine, broker: StubBroker) -> None:
+    """A GET can come from another site (an <img> with cached Basic credentials): it counts,
+    and neither takes nor waits for a row lock (a worker holds this one)."""
+    job_id = failed_event(clean_db)
+    pages: list[str] = []
+    with clean_db.connect() as holder:
+        holder.execute(sa.text("SELECT 1 FROM jobs WHERE id = :id FOR UPDATE"), {"id": job_id})
+        client = make_app(clean_db, broker).test_client()  # its own, in the reader's thread
+        reader = threading.Thread(target=lambda: pages.append(
+            get(client, "/events/replay").get_data(as_text=True)))
+        reader.start()
+        reader.join(5)
+        answered_while_locked = not reader.is_alive()
+        holder.rollback()  # frees a reader that waited, so that the test ends either way
+    reader.join(10)
+    assert answered_while_locked
+    assert pages and '<strong id="replay-count">1</strong>' in pages[0]
 
 
 def test_replay_all_with_a_search_moves_only_the_events_found(

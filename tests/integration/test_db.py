@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from shared import db
+from shared.settings import Settings
 
 NUMBERS = sa.text("SELECT n, n * 2 AS double FROM generate_series(1, :last) AS n")
 
@@ -42,3 +43,19 @@ def test_execute_in_returns_the_row_count(clean_db: Engine) -> None:
 def test_errors_come_out_as_sqlalchemy_errors(clean_db: Engine) -> None:
     with clean_db.connect() as conn, pytest.raises(sa.exc.DataError):
         db.execute_in(conn, sa.text("SELECT 1 / :zero"), {"zero": 0})
+
+
+def test_an_error_names_the_statement_never_its_values(clean_db: Engine,
+                                                        settings: Settings) -> None:
+    """Errors reach the logs at WARNING and ERROR and a job's last_error; the values bound
+    to the statement (a payload, an email) are customer data. (What Postgres itself says,
+    such as the key of a unique violation, is kept: it is what an operator needs.)"""
+    engine = db.create_engine(settings, pool_size=1)
+    try:
+        with engine.connect() as conn, pytest.raises(sa.exc.DBAPIError) as raised:
+            conn.execute(sa.text("SELECT CAST(:email AS text), 1 / 0"),
+                         {"email": "someone.private@example.org"})
+    finally:
+        engine.dispose()
+    assert "division by zero" in str(raised.value) and "SELECT CAST" in str(raised.value)
+    assert "someone.private" not in str(raised.value)
