@@ -12,7 +12,7 @@ from typing import Any
 
 from flask import Flask
 
-from console.blueprint import create_blueprint
+from console.blueprint import create_blueprint, secure
 from console.settings import ConsoleSettings
 from shared import db, wakeups, wsgi_server
 from shared.settings import Settings
@@ -35,6 +35,11 @@ def create_app(settings: Settings, console_settings: ConsoleSettings, *,
     engine = db.create_engine(settings, pool_size=threads)
     broker = wakeups.create_broker(settings) if settings.broker_url else None
     app.register_blueprint(create_blueprint(engine, console_settings, broker=broker))
+    # Answers outside the blueprint's routes (a 404 or 405 for a path it does not serve)
+    # carry its headers too; and no redirect that merges slashes, whose Location werkzeug
+    # builds from the Host header.
+    app.after_request(secure)
+    app.url_map.merge_slashes = False
     return app
 
 

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Engine
 
 from console import ConsoleSettings, create_blueprint
 from shared import wakeups
+from shared.settings import Settings
 from tests import factories
 from tests.console.helpers import (
     PASSWORD,
@@ -565,3 +566,20 @@ def test_an_out_of_range_id_is_a_4xx_never_a_500(client: FlaskClient, clean_db: 
     failed_event(clean_db)
     token = page_token(client)
     assert 400 <= post(client, path, {"csrf_token": token}).status_code < 500
+
+
+def test_the_console_apps_own_answers_carry_the_headers_and_merge_no_slashes(
+        settings: Settings) -> None:
+    from console.app import create_app
+    from console.blueprint import SECURITY_HEADERS
+
+    app = create_app(settings, ConsoleSettings(password=PASSWORD), threads=1)
+    client = app.test_client()
+    unrouted = client.get("/no/such/page")
+    wrong_method = client.put("/", headers=basic())
+    doubled = client.get("/console-static//console.css", headers={"Host": "evil.example"})
+    assert (unrouted.status_code, wrong_method.status_code) == (404, 405)
+    assert doubled.status_code == 404 and "Location" not in doubled.headers
+    for response in (unrouted, wrong_method, doubled):
+        for header, value in SECURITY_HEADERS.items():
+            assert response.headers.get(header) == value, (response.status, header)
