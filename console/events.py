@@ -19,6 +19,7 @@ from console.state import current, reading
 from shared.events import MAX_PAGE, Cursor, EventFilter, count_events, list_events, show_event
 from shared.models import JobStatus, jobs
 from shared.replay import ReplayFilter, ReplayRefused, replay
+from shared.terminal import visible_json
 
 PAGE_SIZE = 50
 COUNT_AT_MOST = 10_000  # the listing says "10000+" beyond this
@@ -52,10 +53,11 @@ def event(provider: str, event_id: str) -> str:
     if detail is None:
         abort(404, f"No {provider} event {event_id!r} is recorded (or it was pruned).")
     if "payload_error" in detail.event:  # as Postgres holds it (shared.payloads)
-        payload = f"(cannot be loaded: {detail.event['payload_error']})\n{detail.event['payload']}"
+        payload = (f"(cannot be loaded: {detail.event['payload_error']})\n"
+                   + visible_json(detail.event["payload"]))
     else:
-        payload = json.dumps(detail.event["payload"], indent=2, ensure_ascii=False,
-                             sort_keys=True)
+        payload = visible_json(json.dumps(detail.event["payload"], indent=2,
+                                          ensure_ascii=False, sort_keys=True))
     return render_template("console/event.html", detail=detail, payload=payload)
 
 

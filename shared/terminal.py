@@ -30,3 +30,14 @@ _TABLE = {code: _escape(code) for code in (*_CONTROLS, *_FORMATS)}
 def visible(value: object) -> str:
     """str(value) with every control character and bidi override escaped."""
     return str(value).translate(_TABLE)
+
+
+# JSON text (json.dumps already writes C0 controls as \u00XX) shown to a person, on a page
+# or a terminal: the C1 controls and the format characters above as \uXXXX too, which a
+# JSON reader reads back as the same string.
+_JSON_TABLE = {code: f"\\u{code:04x}" for code in (*range(0x7F, 0xA0), *_FORMATS)}
+
+
+def visible_json(text: str) -> str:
+    """JSON text with the characters that reorder or drive a display escaped."""
+    return text.translate(_JSON_TABLE)

@@ -447,6 +447,19 @@ def test_everything_from_a_payload_is_escaped(client: FlaskClient, clean_db: Eng
     assert "&lt;script&gt;" in html
 
 
+def test_a_payloads_bidi_overrides_and_c1_controls_are_shown_escaped(
+        client: FlaskClient, clean_db: Engine) -> None:
+    """U+202E reverses the text after it on the page, U+009B is a CSI on some terminals
+    a payload is pasted into: shown as the JSON escapes that read back as them."""
+    tricky = "pay \u202egnp.exe\u009b[2J done"
+    failed_event(clean_db, factories.stripe_event(
+        "invoice.paid", factories.invoice(email=tricky), event_id="evt_bidi"))
+    html = get(client, "/events/stripe/evt_bidi").get_data(as_text=True)
+    payload = html.split('<pre id="payload">', 1)[1].split("</pre>", 1)[0]
+    assert "\u202e" not in payload and "\u009b" not in payload
+    assert "pay \\u202egnp.exe\\u009b[2J done" in payload
+
+
 # --- the page itself ------------------------------------------------------------------------
 
 
