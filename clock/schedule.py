@@ -47,7 +47,7 @@ def reconcile(settings: Settings, engine: Engine, broker: dramatiq.Broker,
     try:
         result = reconciliation.reconcile(
             engine, source, provider, since,
-            wake=lambda job_ids: wakeups.wake_jobs(broker, job_ids[-1:]))
+            wake=lambda job_ids: wakeups.wake_jobs(broker, job_ids))
     except reconciliation.ReconcileFailed as error:
         result = error.result  # type: ignore[attr-defined]
         log.error("reconciliation failed", extra={"provider": provider, "error": str(error),

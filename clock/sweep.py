@@ -5,7 +5,6 @@ idempotent: at worst a worker finds nothing to claim."""
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 
 import dramatiq
@@ -34,20 +33,21 @@ def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
         due_emails = conn.execute(queries.OutboxCountDue).scalar_one()
     woken = True
     if due_jobs:
-        count = _missing(broker, wakeups.JOBS_QUEUE, due_jobs, wakeups.JOBS_PER_MESSAGE)
-        woken &= wakeups.wake_jobs(broker, [0] * count)
+        uncovered = _uncovered(broker, wakeups.JOBS_QUEUE, due_jobs, wakeups.JOBS_PER_MESSAGE)
+        woken &= wakeups.wake_due_jobs(broker, uncovered)
     if due_emails:
-        count = _missing(broker, wakeups.OUTBOX_QUEUE, due_emails, wakeups.EMAILS_PER_MESSAGE)
-        woken &= wakeups.wake_outbox(broker, count)
+        per = wakeups.EMAILS_PER_MESSAGE
+        uncovered = _uncovered(broker, wakeups.OUTBOX_QUEUE, due_emails, per)
+        woken &= wakeups.wake_outbox(broker, wakeups.messages_for(uncovered, per))
     if due_jobs or due_emails:
         log.info("sweep woke workers",
                  extra={"due_jobs": due_jobs, "due_emails": due_emails, "enqueued": woken})
     return SweepResult(due_jobs, due_emails, woken)
 
 
-def _missing(broker: dramatiq.Broker, queue: str, due: int, batch: int) -> int:
-    """Wake-ups to add: enough for the due rows, less those already waiting in the queue,
-    so a long broker-side backlog (workers down for hours) does not grow every sweep."""
-    needed = math.ceil(due / batch)
+def _uncovered(broker: dramatiq.Broker, queue: str, due: int, per: int) -> int:
+    """The due rows that no wake-up waiting in the queue covers (each covers `per`), at
+    most MAX_WAKEUPS_PER_SWEEP wake-ups' worth: a long broker-side backlog (workers down
+    for hours) does not grow every sweep."""
     waiting = wakeups.queued(broker, queue) or 0
-    return max(min(needed - waiting, MAX_WAKEUPS_PER_SWEEP), 0)
+    return max(min(due - waiting * per, MAX_WAKEUPS_PER_SWEEP * per), 0)

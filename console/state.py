@@ -33,7 +33,7 @@ class Console:
         """Best effort: one wake-up per claim's worth of jobs (each claim takes up to
         JOBS_PER_MESSAGE due jobs and keeps draining while more are due)."""
         if self.broker is not None and job_ids:
-            wakeups.wake_jobs(self.broker, job_ids[::wakeups.JOBS_PER_MESSAGE])
+            wakeups.wake_jobs(self.broker, job_ids)
 
     def wake_outbox(self) -> None:
         if self.broker is not None:

@@ -85,9 +85,6 @@ class Waker:
             time.sleep(min(QUIET_INTERVAL_SECONDS * len(ids), BUSY_INTERVAL_SECONDS))
 
     def _send(self, ids: list[int]) -> None:
-        # Each message names the last job of its share (the worker logs it).
-        per = wakeups.JOBS_PER_MESSAGE
-        named = [ids[min(start + per, len(ids)) - 1] for start in range(0, len(ids), per)]
         try:
             if self._broker is None:
                 self._broker = wakeups.create_broker(self._settings)
@@ -95,5 +92,5 @@ class Waker:
             log.warning("broker unreachable, jobs left for the sweeper: %s", error)
             metrics.broker_enqueue_failures.inc(len(ids))
             return
-        if not wakeups.wake_jobs(self._broker, named):
+        if not wakeups.wake_jobs(self._broker, ids):
             metrics.broker_enqueue_failures.inc(len(ids))

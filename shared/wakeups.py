@@ -10,6 +10,7 @@ The web, the worker, the clock and the `webhooks` command all send them; only th
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import dramatiq
@@ -33,8 +34,8 @@ JOBS_QUEUE = "jobs"
 OUTBOX_QUEUE = "outbox"
 PROCESS_JOBS = "process_jobs"
 DISPATCH_OUTBOX = "dispatch_outbox"
-# A worker claims up to this many due jobs per wake-up; the web and the clock send one
-# wake-up per this many due jobs.
+# A worker claims up to this many due jobs per wake-up; whoever makes jobs due sends one
+# wake-up per this many (wake_jobs, wake_due_jobs, messages_for).
 JOBS_PER_MESSAGE = 50
 # A dispatch claims up to this many due emails (one Postmark batch request); the clock
 # sends one wake-up per this many due emails.
@@ -86,12 +87,34 @@ def _message(queue: str, actor: str, args: tuple[object, ...]) -> dramatiq.Messa
     return dramatiq.Message(queue_name=queue, actor_name=actor, args=args, kwargs={}, options={})
 
 
-def wake_jobs(broker: dramatiq.Broker, job_ids: list[int], *, delay: float = 0) -> bool:
-    """Best effort: enqueue one wake-up per job id, `delay` seconds from now (a retry's
-    backoff). False if the broker is unreachable."""
+def messages_for(due: int, per: int = JOBS_PER_MESSAGE) -> int:
+    """Wake-ups enough for `due` rows, one per claim's worth (`per`)."""
+    return -(-due // per)
+
+
+def shares(job_ids: Sequence[int]) -> list[int]:
+    """One id per claim's worth of job_ids: the last of each share of JOBS_PER_MESSAGE
+    (the message names it, the worker logs it; a claim takes any due jobs)."""
+    per = JOBS_PER_MESSAGE
+    return [job_ids[min(start + per, len(job_ids)) - 1] for start in range(0, len(job_ids), per)]
+
+
+def wake_jobs(broker: dramatiq.Broker, job_ids: Sequence[int], *, delay: float = 0) -> bool:
+    """Best effort: wake workers for these jobs, one wake-up per claim's worth of them,
+    `delay` seconds from now (a retry's backoff). False if the broker is unreachable."""
+    return _enqueue_jobs(broker, shares(job_ids), delay)
+
+
+def wake_due_jobs(broker: dramatiq.Broker, due: int) -> bool:
+    """Best effort: wake workers for `due` jobs whose ids are not at hand (a resumed
+    provider's backlog, a sweep), one wake-up per claim's worth."""
+    return _enqueue_jobs(broker, [0] * messages_for(due), 0)
+
+
+def _enqueue_jobs(broker: dramatiq.Broker, named: list[int], delay: float) -> bool:
     delay_ms = int(delay * 1000) or None
     try:
-        for job_id in job_ids:
+        for job_id in named:
             broker.enqueue(_message(JOBS_QUEUE, PROCESS_JOBS, (job_id,)), delay=delay_ms)
     except Exception as error:  # any broker/network failure: the sweeper enqueues it later
         log.warning("broker unreachable, job left for the sweeper: %s", _one_line(error))

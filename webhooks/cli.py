@@ -271,13 +271,14 @@ def replay(job_ids: tuple[int, ...], all_failed: bool, provider: str | None,
     if dry_run:
         click.echo(f"would replay {len(plan.job_ids)} job(s)")
         return
-    _wake(settings, plan.job_ids)
+    _wake(settings, job_ids=plan.job_ids)
     click.echo(f"replayed {len(plan.job_ids)} job(s)")
 
 
-def _wake(settings: Settings, job_ids: list[int]) -> None:
-    """Enqueue wake-ups; without a reachable broker the clock's sweeper will."""
-    if not job_ids:
+def _wake(settings: Settings, *, job_ids: list[int] | None = None, due: int = 0) -> None:
+    """Wake workers for these jobs (or for `due` jobs), one wake-up per claim's worth;
+    without a reachable broker the clock's sweeper will."""
+    if not job_ids and not due:
         return
     if settings.broker_url is None:
         click.echo("no broker running; the clock will pick the jobs up", err=True)
@@ -285,8 +286,8 @@ def _wake(settings: Settings, job_ids: list[int]) -> None:
     from shared import wakeups
 
     broker = wakeups.create_broker(settings)
-    with click.progressbar(job_ids, label="enqueueing", file=sys.stderr) as bar:
-        ok = all(wakeups.wake_jobs(broker, [job_id]) for job_id in bar)
+    ok = (wakeups.wake_jobs(broker, job_ids) if job_ids
+          else wakeups.wake_due_jobs(broker, due))
     if not ok:
         click.echo("broker unreachable; the clock will pick the jobs up", err=True)
 
@@ -465,7 +466,7 @@ def reconcile(provider: str, since: datetime | None, dry_run: bool) -> None:
 
     def wake(job_ids: list[int]) -> None:
         if broker is not None:
-            wakeups.wake_jobs(broker, job_ids[-1:])
+            wakeups.wake_jobs(broker, job_ids)
 
     try:
         result = _database(lambda: reconciliation.reconcile(engine, source, provider, start,
@@ -500,13 +501,11 @@ def pause(provider: str) -> None:
 def resume(provider: str) -> None:
     """Run PROVIDER's jobs again, oldest first."""
     settings = local_settings()
-    from shared import pausing, wakeups
+    from shared import pausing
 
     due = _database(lambda: pausing.resume(_engine(settings), provider))
     if due is None:
         click.echo(f"{provider} was not paused")
         return
-    if due:
-        # One wake-up per claim's worth of due jobs, as the sweeper sends.
-        _wake(settings, [0] * -(-due // wakeups.JOBS_PER_MESSAGE))
+    _wake(settings, due=due)
     click.echo(f"{provider} resumed: {due} due job(s) run, oldest first")
