@@ -32,6 +32,7 @@ from console.settings import ConsoleSettings
 from console.state import Console
 from shared.errors import DatabaseUnavailable
 from shared.events import MAX_ROW_ID
+from shared.models import EmailStatus, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ def secure(response: Response) -> Response:
 
 def _template_globals(console: Console) -> dict[str, Any]:
     return {"readonly": console.settings.readonly, "csrf_field": TOKEN_FIELD,
+            "JobStatus": JobStatus, "EmailStatus": EmailStatus,  # no status spelled twice
             "csrf_token": console.guard.token, "console_user": console.settings.user,
             # After a change, the redirect names what happened (a fixed set of messages).
             "notice": request.args.get("notice"),

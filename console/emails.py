@@ -31,7 +31,7 @@ def listing() -> str:
         rows = list_emails(conn, status, limit=PAGE_SIZE + 1, before_id=before)
     older = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None
     return render_template("console/emails.html", emails=rows[:PAGE_SIZE], status=status,
-                           statuses=list(EmailStatus), older=older, before=before)
+                           older=older, before=before)
 
 
 def retry(email_id: int) -> Response:
