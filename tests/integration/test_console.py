@@ -23,7 +23,7 @@ from console import ConsoleSettings, create_blueprint
 from shared import wakeups
 from shared.settings import Settings
 from tests import factories
-from tests.console.helpers import (
+from tests.console_helpers import (
     PASSWORD,
     basic,
     done_event,
