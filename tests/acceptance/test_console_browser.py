@@ -4,7 +4,7 @@ failed event by a word of its payload, reads why it failed, fixes the cause, rep
 and sees one credit; replays all of a filtered list; a POST without the CSRF token changes
 nothing; a read-only console has nothing to press.
 
-With CONSOLE_SCREENSHOTS=<folder> it also saves the README's screenshots there."""
+With CONSOLE_SCREENSHOTS=<folder> it also saves the screenshots of docs/console.md there."""
 
 from __future__ import annotations
 
