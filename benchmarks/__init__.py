@@ -1,4 +1,4 @@
-"""Benchmarks of the real processes: `python -m benchmarks` (see README, "Benchmarks").
+"""Benchmarks of the real processes: `python -m benchmarks` (see docs/benchmarks.md).
 
 Each scenario starts the Procfile's processes (`webhooks web`, `webhooks worker`) against a
 private database, drives them from outside, and compares them with pgbench running the

@@ -2,6 +2,9 @@
 safe. Status changes are always guarded by the expected current status and their row
 counts checked; the state machines are drawn once, on JobStatus and EmailStatus
 (shared/models.py). The rows a claim returns are typed (ClaimedJob, ClaimedEmail).
+
+Each comment ends with the tests that fail without its statement ("Proven by", files in
+tests/integration/); docs/guarantees.md maps each guarantee to its statements and tests.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ RECONCILE = ReceivedVia.RECONCILE
 # waits for the other transaction and then inserts nothing, so exactly one delivery
 # creates the event; the job is inserted only from the event row this statement inserted.
 # No row: a duplicate.
+# Proven by: test_ingest.py::test_twenty_processes_deliver_the_same_event_at_once,
+# test_hostile_input.py::test_a_captured_delivery_resent_with_new_ids_is_a_duplicate,
+# test_reconcile.py::test_a_delivery_and_a_reconciliation_at_once_make_one_event.
 EventJobInsert = text("""
     WITH event AS (
         INSERT INTO webhook_events (provider, event_id, event_type, payload, received_via,
@@ -43,6 +49,7 @@ EventJobInsert = text("""
 # A duplicate is counted by appending a row (no hot counter row to contend on), and
 # answered with its job's status: one statement. The event it repeats is the one of its
 # id, or else the one of its body (a re-sent body under a new id).
+# Proven by: test_ingest.py::test_duplicate_answers_job_status_and_is_counted.
 DuplicateCounted = text("""
     WITH original AS (
         SELECT event_id FROM webhook_events WHERE provider = :provider AND event_id = :event_id
@@ -87,6 +94,9 @@ DUE = f"""status = '{PENDING}' AND run_at <= now()
 
 # SKIP LOCKED: a job locked by another worker's open transaction is skipped, never waited
 # for; the lock is held until this transaction commits the job's effects and its `done`.
+# Proven by: test_jobs.py::test_batch_claims_race_without_overlap,
+# test_worker_process.py::test_worker_killed_mid_transaction_loses_nothing_and_applies_once,
+# test_pause.py::test_a_paused_providers_jobs_are_not_claimed_nor_due (DUE).
 JobClaimDue = text(f"""
     SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload::text AS payload,
            e.received_at, j.trace_context
@@ -104,6 +114,8 @@ JobClaimDue = text(f"""
 # Of a batch's lock keys (the customers its jobs touch), those that no other open batch
 # holds, now held by this one until it commits. pg_try_*: never waits. Two batches then
 # never queue on each other's accounts; a job whose key is taken waits for a later claim.
+# Proven by:
+# test_jobs.py::test_a_batch_skips_the_customers_another_batch_holds_so_batches_never_queue.
 JobKeysTaken = text("""
     SELECT key FROM unnest(CAST(:keys AS text[])) AS key
     WHERE pg_try_advisory_xact_lock(:space, hashtext(key))
@@ -111,6 +123,7 @@ JobKeysTaken = text("""
 JOB_KEY_LOCK_SPACE = 0x77686B  # the first half of the two-int advisory lock key
 
 # Claim one named job (a message's job) if it is due; the same locking rule.
+# Proven by: test_jobs.py::test_two_connections_racing_for_one_job_exactly_one_wins.
 JobClaimById = text(f"""
     SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload::text AS payload,
            e.received_at, j.trace_context
@@ -126,6 +139,8 @@ JobClaimById = text(f"""
 # batch's in one statement. Guarded by status = pending: a job is completed once.
 # finished_at is this statement's time, the transaction's last before COMMIT (now() would
 # be the time the batch began).
+# Proven by: test_jobs.py::test_same_job_processed_twice_and_concurrently_applies_once,
+# ::test_done_job_is_never_claimed_again.
 JobMarkDoneMany = text(f"""
     UPDATE jobs SET status = '{DONE}', attempts = attempts + 1,
                     finished_at = statement_timestamp(),
@@ -136,6 +151,8 @@ JobMarkDoneMany = text(f"""
 
 # After a handler error (its writes rolled back to the savepoint): count the attempt and
 # schedule the next one, or fail the job for good.
+# Proven by (with JobMarkFailed):
+# test_jobs.py::test_failing_handler_rolls_back_retries_with_backoff_then_fails.
 JobMarkRetry = text(f"""
     UPDATE jobs SET attempts = attempts + 1, last_error = :error,
                     run_at = now() + make_interval(secs => :delay)
@@ -154,12 +171,13 @@ JobCountDue = text(f"""
 
 # --- /metrics (web's scrape; cached there for a few seconds) ------------------------------
 #
-# Each must stay cheap at 10 million jobs (figures: the note of issue 17). Pending and failed
+# Each must stay cheap at 10 million jobs (benchmarks/results/README.md). Pending and failed
 # rows are few and reached through indexes (the partial pending index, and
 # ix_jobs_status_finished_at for failed); done rows are most of the table, so a large table's
 # done count is estimated from the planner's statistics (MetricsTableEstimates) instead.
 # Pending and failed are two statements, not one UNION ALL: for the two together the
-# planner chose a parallel plan ten times slower.
+# planner chose a parallel plan, and a slower one.
+# Proven by: test_metrics.py::test_large_tables_estimate_done_jobs_and_sent_emails.
 MetricsJobsPending = text(f"""
     SELECT provider, count(*) AS n FROM jobs WHERE status = '{PENDING}' GROUP BY provider
 """)
@@ -225,12 +243,17 @@ JobCountDueOf = text(f"""
 
 # Replay, step 1: the named jobs and their statuses, locked, so the refusal of a done job
 # and the move of the failed ones see the same rows.
+# Proven by (with JobReplay):
+# test_cli.py::test_replay_refuses_done_jobs_and_changes_nothing,
+# test_console.py::test_replay_refuses_a_done_job_and_changes_nothing.
 JobStatusesLocked = text("""
     SELECT id, status FROM jobs WHERE id = ANY(:ids) ORDER BY id FOR UPDATE
 """)
 
 # Replay, step 1 with --all: the failed jobs matching the filters (each NULL filter
 # matches everything), locked.
+# Proven by: test_cli.py::test_replay_all_with_filters_and_dry_run,
+# test_console.py::test_replay_all_says_how_many_then_moves_exactly_the_filtered_failed_jobs.
 JobFailedMatching = text(f"""
     SELECT id FROM jobs
     WHERE status = '{FAILED}'
@@ -242,6 +265,7 @@ JobFailedMatching = text(f"""
 
 # Replay, step 2: only failed jobs move back to pending (a done job never runs again);
 # attempts start again.
+# Proven by: test_cli.py::test_replay_moves_failed_jobs_back_to_pending.
 JobReplay = text(f"""
     UPDATE jobs SET status = '{PENDING}', attempts = 0, run_at = now(), finished_at = NULL
     WHERE id = ANY(:ids) AND status = '{FAILED}'
@@ -251,6 +275,7 @@ JobReplay = text(f"""
 # Retention: a bounded batch of events whose job is done and finished before the cutoff,
 # with their jobs and duplicate records (ON DELETE CASCADE). Never pending or failed work.
 # SKIP LOCKED keeps two pruners out of each other's way.
+# Proven by: test_clock.py::test_prune_keeps_pending_and_failed_work_and_recent_events.
 EventDeleteFinished = text(f"""
     DELETE FROM webhook_events e
     USING (
@@ -266,6 +291,7 @@ EventDeleteFinished = text(f"""
 
 # Which of a page of the provider's event ids are recorded already (read-only: the record
 # itself goes through EventJobInsert, whose ON CONFLICT is what makes it safe).
+# Proven by: test_reconcile.py::test_stripe_records_what_was_never_delivered_once.
 EventIdsRecorded = text("""
     SELECT event_id FROM webhook_events
     WHERE provider = :provider AND event_id = ANY(CAST(:event_ids AS text[]))
@@ -301,11 +327,13 @@ ReconcileState = text(f"""
 
 # One clock at a time runs a task: a second clock (started by mistake) skips the tick
 # rather than wait. Held until the transaction ends.
+# Proven by: test_clock.py::test_lost_messages_with_two_clocks_are_applied_once.
 ClockTryLock = text("SELECT pg_try_advisory_xact_lock(hashtext(:name))")
 
 # --- outbox -------------------------------------------------------------------------
 
 # UNIQUE (idempotency_key): one email per key however many jobs try to queue it.
+# Proven by: test_stripe_handlers.py::test_payment_failed_queues_one_email_per_event.
 OutboxInsert = text("""
     INSERT INTO outbox
         (idempotency_key, kind, to_address, subject, text_body, html_body, provider, event_id,
@@ -342,6 +370,10 @@ class ClaimedEmail(NamedTuple):
 # SKIP LOCKED: concurrent dispatchers claim disjoint rows. The same statement records the
 # attempt and pushes run_at past a lease, and commits before any call to Postmark: the row
 # is invisible to other claims while in flight, and comes back by itself if we die.
+# Proven by:
+# test_outbox.py::test_a_claimed_row_is_hidden_from_other_dispatchers_for_its_lease,
+# ::test_two_dispatchers_racing_send_each_key_once,
+# ::test_a_dispatcher_killed_mid_send_leaves_one_message_per_key.
 OutboxClaimDue = text(f"""
     UPDATE outbox
     SET attempts = attempts + 1, attempted_at = now(),
@@ -361,6 +393,7 @@ OutboxClaimDue = text(f"""
 # attempt this dispatcher claimed: once its lease ran out and another dispatcher
 # re-claimed the row (attempts + 1), a late mark updates nothing. RETURNING names the rows
 # whose guard held.
+# Proven by: test_outbox.py::test_a_dispatcher_whose_lease_ran_out_cannot_touch_the_row.
 OutboxMarkSentMany = text(f"""
     UPDATE outbox SET status = '{SENT}', message_id = sent.message_id, sent_at = now(),
                       last_error = NULL
@@ -380,6 +413,10 @@ OutboxMarkRetry = text(f"""
 # Retry (the console): a failed email back to pending, under the same idempotency key.
 # attempts = 1, not 0: the next claim makes it attempt 2, so the dispatcher searches
 # Postmark for the key before sending (an earlier attempt may have been delivered).
+# Proven by:
+# test_console.py::test_retry_puts_a_failed_email_back_to_pending_with_the_same_key,
+# test_outbox.py::test_an_unanswered_send_is_found_by_search_and_not_sent_again (the
+# search).
 OutboxRetryFailed = text(f"""
     UPDATE outbox SET status = '{EMAIL_PENDING}', attempts = 1, run_at = now(),
                       last_error = NULL
@@ -388,6 +425,8 @@ OutboxRetryFailed = text(f"""
 """)
 
 # Same guard: only the dispatcher holding the current attempt can fail the row.
+# Proven by: test_outbox.py::test_exhausted_attempts_fail_the_email,
+# ::test_an_invalid_address_fails_at_once_and_is_never_retried.
 OutboxMarkFailed = text(f"""
     UPDATE outbox SET status = '{EMAIL_FAILED}', last_error = :error
     WHERE id = :id AND status = '{EMAIL_PENDING}' AND attempts = :attempts

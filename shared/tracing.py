@@ -1,5 +1,5 @@
-"""OpenTelemetry traces over OTLP/HTTP, when OTEL_EXPORTER_OTLP_ENDPOINT is set (SPEC,
-"Observability"): one trace per new delivery, from the ingest's request through the job's
+"""OpenTelemetry traces over OTLP/HTTP, when OTEL_EXPORTER_OTLP_ENDPOINT is set
+(docs/observability.md): one trace per new delivery, from the ingest's request through the job's
 handler to the email's Postmark call.
 
 Unset, nothing of it is set up: `configure` returns at once, without importing

@@ -1,7 +1,7 @@
 """The end state every scenario checks: for the events of a World, the database and the
 fake Postmark must hold exactly what delivering each logical event once would give.
 
-Reads only the tables and columns the spec names (webhook_events, jobs, accounts,
+Reads only the tables and columns of the public data model (webhook_events, jobs, accounts,
 ledger_entries, subscriptions, outbox) and what the fake Postmark recorded.
 """
 

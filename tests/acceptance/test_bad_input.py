@@ -1,5 +1,6 @@
-"""Guarantee 5: no bad input (signature, header, body, size, encoding) produces a 5xx or a
-written row, checked by fuzzing the running `web` process over HTTP for every provider.
+"""Guarantee 5 (docs/guarantees.md): no bad input (signature, header, body, size, encoding)
+produces a 5xx or a written row, checked by fuzzing the running `web` process over HTTP for
+every provider.
 
 Every generated request is bad in at least one way, chosen first (the `flaw`), with
 everything else random or correct: a request signed with the right secret reaches the

@@ -4,7 +4,7 @@ failed event by a word of its payload, reads why it failed, fixes the cause, rep
 and sees one credit; replays all of a filtered list; a POST without the CSRF token changes
 nothing; a read-only console has nothing to press.
 
-With CONSOLE_SCREENSHOTS=<folder> it also saves the README's screenshots there."""
+With CONSOLE_SCREENSHOTS=<folder> it also saves the screenshots of docs/console.md there."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 from shared import wakeups
 from shared.settings import Settings
 from tests import factories, processes
-from tests.console.helpers import PASSWORD, USER, email, failed_event, job
+from tests.console_helpers import PASSWORD, USER, email, failed_event, job
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -52,7 +52,7 @@ def flag(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def env(database_url: str, redis_url: str, flag: Path) -> dict[str, str]:
     return {"DATABASE_URL": database_url, "BROKER_URL": redis_url, "CONSOLE_USER": USER,
-            "CONSOLE_PASSWORD": PASSWORD, "WEBHOOK_HANDLERS": "tests.console.flaky_handlers",
+            "CONSOLE_PASSWORD": PASSWORD, "WEBHOOK_HANDLERS": "tests.acceptance.console_handlers",
             "CONSOLE_TEST_FLAG": str(flag), "JOB_MAX_ATTEMPTS": "1",
             "JOB_RETRY_BASE_SECONDS": "0", "WORKER_METRICS_PORT": "0", "PYTHONPATH": str(ROOT)}
 

@@ -1,5 +1,5 @@
-"""Guarantee 1: every acknowledged event applied exactly once, however many times and
-however concurrently it is delivered, from however many processes."""
+"""Guarantee 1 (docs/guarantees.md): every acknowledged event applied exactly once, however
+many times and however concurrently it is delivered, from however many processes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Guarantee 3: with the broker down, ingest still acknowledges and the work is done once
-the broker is back; with the database down, ingest answers 503 (never a 200) and every
-event it acknowledged is applied exactly once."""
+"""Guarantee 3 (docs/guarantees.md): with the broker down, ingest still acknowledges and the
+work is done once the broker is back; with the database down, ingest answers 503 (never a
+200) and every event it acknowledged is applied exactly once."""
 
 from __future__ import annotations
 

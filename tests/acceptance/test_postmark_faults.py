@@ -1,5 +1,6 @@
-"""Guarantee 4: one email per idempotency key across Postmark errors and lost responses,
-through the real worker processes and a fake Postmark running as its own process."""
+"""Guarantee 4 (docs/guarantees.md): one email per idempotency key across Postmark errors
+and lost responses, through the real worker processes and a fake Postmark running as its own
+process."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Guarantee 6: an event the provider has but never delivered is recorded by reconciliation
-and applied exactly once, however reconciliation and late deliveries interleave.
+"""Guarantee 6 (docs/guarantees.md): an event the provider has but never delivered is
+recorded by reconciliation and applied exactly once, however reconciliation and late
+deliveries interleave.
 
 The provider is a fake Stripe API over HTTP (tests/fakes/provider_apis.py) holding every
 event, as Stripe's API serves it (each laid over Stripe's published object of its type:

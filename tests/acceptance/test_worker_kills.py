@@ -1,5 +1,6 @@
-"""Guarantee 2: a worker killed at any moment (kill -9) loses nothing and applies nothing
-twice; its work is done by another worker (or by itself, restarted as a platform does).
+"""Guarantee 2 (docs/guarantees.md): a worker killed at any moment (kill -9) loses nothing
+and applies nothing twice; its work is done by another worker (or by itself, restarted as a
+platform does).
 
 Among the jobs are test handler events (World.slow_credit) that add to a balance with no
 business key and hold their transaction open 0.2 s: most kills land inside one, and a job

@@ -1,5 +1,7 @@
 """Events as providers send them, and the effects they must have had: each logical event
-applied once, computed here from the spec's business rules, independently of the code.
+applied once, computed here from the reference business rules (each invoice credited once,
+refunds up to the charge's amount_refunded, the newest subscription state, one email per
+key), independently of the code.
 
 Light on purpose (standard library only): sender processes import it.
 """

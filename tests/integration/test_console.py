@@ -23,7 +23,7 @@ from console import ConsoleSettings, create_blueprint
 from shared import wakeups
 from shared.settings import Settings
 from tests import factories
-from tests.console.helpers import (
+from tests.console_helpers import (
     PASSWORD,
     basic,
     done_event,
@@ -537,7 +537,7 @@ def test_a_short_console_password_is_refused() -> None:
 
 def test_a_csrf_token_is_no_cheap_offline_test_of_the_password(
         clean_db: Engine, broker: StubBroker) -> None:
-    """The review's attack: the token's key was an HMAC of the password, so one token let
+    """The attack this stops: the token's key was an HMAC of the password, so one token let
     anyone test guesses at memory speed. The key is now scrypt of it (or
     CONSOLE_SECRET_KEY, shared by every console process)."""
     import hashlib

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 
 from tests import factories, processes
 from tests.conftest import broker_url
-from tests.console.helpers import PASSWORD, USER, failed_event
+from tests.console_helpers import PASSWORD, USER, failed_event
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Hostile bodies against the real Postgres (SPEC, "Hostile clients and bodies"): a number
+"""Hostile bodies against the real Postgres (docs/ingress.md, "Hostile bodies"): a number
 that Postgres and Python read differently is refused at the ingest; a row that Python
 cannot load fails its own job, never the claim, and is shown as text."""
 

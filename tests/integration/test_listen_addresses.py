@@ -10,7 +10,7 @@ import psutil
 
 from shared.settings import Settings
 from tests import processes
-from tests.console.helpers import PASSWORD
+from tests.console_helpers import PASSWORD
 
 
 def listening(port: int) -> set[str]:

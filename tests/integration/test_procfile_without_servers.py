@@ -1,7 +1,7 @@
-"""Guarantee 7: no Procfile process ever starts an embedded server. Without DATABASE_URL
-(or BROKER_URL) each one exits 1 at once with one line naming the variable, opens no port
-and leaves nothing behind: a deploy that forgot a variable must never acknowledge webhooks
-into a local folder."""
+"""Guarantee 7 (docs/guarantees.md): no Procfile process ever starts an embedded server.
+Without DATABASE_URL (or BROKER_URL) each one exits 1 at once with one line naming the
+variable, opens no port and leaves nothing behind: a deploy that forgot a variable must
+never acknowledge webhooks into a local folder."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Traces (SPEC, "Observability"): a real `webhooks web` and `webhooks worker` export over
+"""Traces (docs/observability.md): a real `webhooks web` and `webhooks worker` export over
 OTLP/HTTP to a receiver on loopback that decodes the protobuf as a collector does. One new
 delivery makes one trace: the ingest's request, the job's handler and its statements, the
 email's Postmark call. Without the variable, nothing of OpenTelemetry is loaded."""

@@ -128,7 +128,7 @@ def test_a_body_cut_short_is_400_and_writes_nothing(server, clean_db) -> None:  
 
 
 def test_clients_that_stop_sending_hold_no_thread_and_lose_their_connection(server) -> None:  # type: ignore[no-untyped-def]
-    """SPEC, "Hostile clients and bodies": 32 connections send headers and one byte of a
+    """Clients that stall (docs/guarantees.md, 5): 32 connections send headers and one byte of a
     body, then nothing. Signed deliveries still get their 200 within 2 s (the server runs
     2 processes of 2 app threads here), and each stalled client is answered 408 and loses
     its connection within 30 s."""

@@ -422,7 +422,7 @@ def test_slack_url_verification_signed_by_slack_sdk() -> None:
 
 def test_slack_legacy_sample_without_event_id_is_refused_as_payload() -> None:
     # python-slack-events-api's reaction_added sample predates Slack's event_id field: its
-    # signature is valid, and without an event id it cannot be recorded (the spec's 400).
+    # signature is valid, and without an event id it cannot be recorded (a 400).
     body = _fixture("slack", "reaction_added.json")
     now = int(time.time())
     with pytest.raises(InvalidPayload):
