@@ -202,6 +202,12 @@ def clock() -> None:
 def dev() -> None:
     """The whole system, with embedded Postgres and broker unless URLs are set."""
     settings = load_settings()
+    from console.settings import ConsoleSettings
+
+    try:
+        ConsoleSettings.from_env()  # the console it starts would stop at a bad one
+    except ConfigError as error:
+        fail(str(error), code=2)
     from webhooks.dev import run
 
     try:
