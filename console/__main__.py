@@ -12,17 +12,17 @@ from console.settings import ConsoleSettings
 from shared.errors import ConfigError, MissingVariable
 from shared.settings import Settings
 
-LOOPBACK = "127.0.0.1"  # payloads and customer emails: reachable from elsewhere only if asked
-
 
 @click.command()
-@click.option("--host", default=LOOPBACK, show_default=True, envvar="CONSOLE_HOST",
-              help="Interface to listen on ($CONSOLE_HOST; $CONSOLE_PORT is the port).")
-def main(host: str) -> None:
+@click.option("--host", default=None,
+              help="Interface to listen on (default $CONSOLE_HOST, else 127.0.0.1; "
+                   "$CONSOLE_PORT is the port).")
+def main(host: str | None) -> None:
     """The operator console on $CONSOLE_PORT."""
     try:
         settings = Settings.from_env()
-        serve(settings, ConsoleSettings.from_env(), host=host)
+        console_settings = ConsoleSettings.from_env()
+        serve(settings, console_settings, host=host or console_settings.host)
     except MissingVariable as error:
         click.echo(f"console: {error}", err=True)
         sys.exit(1)

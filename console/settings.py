@@ -1,43 +1,51 @@
-"""The console's own settings, from the environment: CONSOLE_PORT, CONSOLE_USER,
-CONSOLE_PASSWORD, CONSOLE_READONLY. A bad value raises ConfigError, one line naming the
+"""The console's own settings, from the environment, each variable declared with its field
+(shared.variables): CONSOLE_PORT, CONSOLE_HOST, CONSOLE_USER, CONSOLE_PASSWORD,
+CONSOLE_READONLY, CONSOLE_SECRET_KEY. A bad value raises ConfigError, one line naming the
 variable, as shared.settings does for the core's variables."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from shared import variables as v
 from shared.errors import ConfigError, MissingVariable
-from shared.settings import Settings
+from shared.settings import LOOPBACK, Settings
+from shared.variables import Section, setting
 
-DEFAULT_PORT = 8001
-DEFAULT_USER = "admin"
 MIN_PASSWORD_LENGTH = 12  # the console faces the network with Basic auth
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("", "0", "false", "no", "off")
+C = Section.CONSOLE
+
+
+def _user(raw: str) -> str:
+    user = raw.strip()
+    if ":" in user:  # HTTP Basic cannot carry a user name with a colon
+        raise ValueError("must not contain ':'")
+    return user
 
 
 @dataclass(frozen=True)
 class ConsoleSettings:
-    password: str | None = None  # None: the console refuses to start (require_password)
-    user: str = DEFAULT_USER
-    port: int = DEFAULT_PORT
-    readonly: bool = False
-    # CONSOLE_SECRET_KEY: the CSRF tokens' key, the same on every console process; None:
-    # derived from the password with scrypt (console.auth).
-    secret_key: str | None = None
+    password: str | None = setting(
+        "CONSOLE_PASSWORD", v.text, None, "HTTP Basic password, asked on every page; at "
+        f"least {MIN_PASSWORD_LENGTH} characters", C,
+        "no default: without a password `console` exits 1 naming it")
+    user: str = setting("CONSOLE_USER", _user, "admin", "HTTP Basic user", C)
+    port: int = setting("CONSOLE_PORT", v.integer(1, 65535), 8001,
+                        "port of `console` (must differ from `PORT`)", C)
+    host: str = setting("CONSOLE_HOST", v.address, LOOPBACK,
+                        "interface `console` listens on (`--host` too); open it wider only "
+                        "behind a TLS proxy", C)
+    readonly: bool = setting("CONSOLE_READONLY", v.flag, False,
+                             "`1`: every page, nothing to press, every POST answered 403", C,
+                             "`0`")
+    secret_key: str | None = setting(
+        "CONSOLE_SECRET_KEY", v.text, None, "the CSRF tokens' key, the same on every console "
+        "process", C, "derived from `CONSOLE_PASSWORD` with scrypt")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConsoleSettings:
-        env = os.environ if env is None else env
-        return cls(
-            password=env.get("CONSOLE_PASSWORD") or None,
-            user=_user(env.get("CONSOLE_USER", "")),
-            port=_port(env.get("CONSOLE_PORT", "").strip()),
-            readonly=_flag("CONSOLE_READONLY", env.get("CONSOLE_READONLY", "")),
-            secret_key=env.get("CONSOLE_SECRET_KEY") or None,
-        )
+        return cls(**v.read(cls, env))
 
     def require_password(self) -> None:
         """MissingVariable unless CONSOLE_PASSWORD is set: the console never serves
@@ -59,29 +67,6 @@ class ConsoleSettings:
                                               "the ingest's port")
 
 
-def _user(raw: str) -> str:
-    user = raw.strip() or DEFAULT_USER
-    if ":" in user:  # HTTP Basic cannot carry a user name with a colon
-        raise ConfigError("CONSOLE_USER", "must not contain ':'")
-    return user
-
-
-def _port(raw: str) -> int:
-    if not raw:
-        return DEFAULT_PORT
-    try:
-        port = int(raw)
-    except ValueError:
-        raise ConfigError("CONSOLE_PORT", f"must be a whole number, not {raw!r}") from None
-    if not 1 <= port <= 65535:
-        raise ConfigError("CONSOLE_PORT", f"must be at least 1 and at most 65535, not {port}")
-    return port
-
-
-def _flag(variable: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(variable, f"must be 1 or 0, not {raw!r}")
+def markdown_table() -> str:
+    """The README's table of the console's variables."""
+    return v.markdown_table(C, ConsoleSettings)

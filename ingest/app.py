@@ -14,14 +14,14 @@ from ingest.waker import Waker
 from shared import db, tracing
 from shared.settings import Settings
 
-DEFAULT_THREADS = 4  # a server process's app threads, unless told (`webhooks web --threads`)
 
-
-def create_app(settings: Settings | None = None, *, threads: int = DEFAULT_THREADS) -> Flask:
-    """threads: the server's app threads in this process; each may hold one connection."""
+def create_app(settings: Settings | None = None, *, threads: int | None = None) -> Flask:
+    """threads: the server's app threads in this process (default WEB_THREADS); each may
+    hold one connection."""
     settings = settings or Settings.from_env()
+    threads = threads or settings.web_threads
     app = Flask(__name__)
-    tracing.configure(tracing.WEB_SERVICE, flask_app=app)  # before the engine's connections
+    tracing.configure(settings, tracing.WEB_SERVICE, flask_app=app)  # before any connection
     # One byte over the limit: werkzeug caps a streamed (chunked) body at this, and
     # webhooks._read_body must be able to read limit + 1 bytes to tell "over" from "at".
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1

@@ -35,7 +35,8 @@ def readyz() -> tuple[Response, int]:
 @blueprint.get("/metrics")
 def metrics_text() -> Response:
     _database_gauges().refresh(current_app.extensions["engine"])
-    body, content_type = metrics.render()
+    settings = current_app.extensions["settings"]
+    body, content_type = metrics.render(settings.prometheus_multiproc_dir)
     return Response(body, content_type=content_type)
 
 

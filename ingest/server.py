@@ -20,14 +20,13 @@ THREADS_VARIABLE = "WEB_THREADS"
 def app() -> Any:
     """The app as each server process builds it (granian imports this, factory=True): the
     Flask app behind the front that reads bodies off the app's threads (ingest.front)."""
-    from ingest.app import DEFAULT_THREADS, create_app
+    from ingest.app import create_app
     from ingest.front import Front
     from shared.logs import configure_logging
 
     settings = Settings.from_env()
     configure_logging(settings)
-    threads = int(os.environ.get(THREADS_VARIABLE, DEFAULT_THREADS))
-    return Front(create_app(settings, threads=threads), threads)
+    return Front(create_app(settings), settings.web_threads)
 
 
 def serve(settings: Settings, workers: int, threads: int, host: str) -> None:

@@ -7,7 +7,7 @@ Several server or worker processes: set PROMETHEUS_MULTIPROC_DIR (the `webhooks 
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -105,9 +105,10 @@ oldest_due_job_age = Gauge(
 )
 
 
-def render() -> tuple[bytes, str]:
-    """The exposition text for /metrics, aggregated over processes when multiprocess."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+def render(multiprocess_dir: Path | None) -> tuple[bytes, str]:
+    """The exposition text for /metrics, aggregated over the processes that share
+    multiprocess_dir (PROMETHEUS_MULTIPROC_DIR) when there is one."""
+    if multiprocess_dir is not None:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return generate_latest(registry), CONTENT_TYPE_LATEST

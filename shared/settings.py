@@ -1,105 +1,189 @@
 """One frozen Settings object built from the environment, validated at start.
 
 Web, worker, clock, the `webhooks` command and Alembic all call `Settings.from_env()`.
-A bad value raises ConfigError whose message is one line naming the variable.
+Each field is one variable (or one per provider), declared where the field is: its name,
+parser, default and doc (shared.variables). A bad value raises ConfigError whose message
+is one line naming the variable.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import ipaddress
-import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from shared.errors import ConfigError, MissingVariable
-
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-PROVIDER_SECRET_VARIABLES: dict[str, str] = {
-    "stripe": "STRIPE_WEBHOOK_SECRET",
-    "paddle": "PADDLE_WEBHOOK_SECRET",
-    "shopify": "SHOPIFY_WEBHOOK_SECRET",
-    "github": "GITHUB_WEBHOOK_SECRET",
-    "slack": "SLACK_SIGNING_SECRET",
-    "standard": "STANDARD_WEBHOOK_SECRET",
-}
+from shared import variables as v
+from shared.errors import MissingVariable
+from shared.providers import PROVIDERS
+from shared.providers.base import Provider
+from shared.variables import IPNetwork, Section, family, setting
 
 DATABASE_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 BROKER_SCHEMES = ("redis", "rediss", "unix", "amqp", "amqps")
+# A hook's API path: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID.
+GITHUB_HOOK = r"(repos/[\w.-]+/[\w.-]+|orgs/[\w.-]+)/hooks/\d+"
+LOOPBACK = "127.0.0.1"
+DEPLOY, RECONCILE, INGRESS, OBSERVE = (Section.DEPLOY, Section.RECONCILIATION, Section.INGRESS,
+                                      Section.OBSERVABILITY)
+
+
+def _database_url(raw: str) -> str:
+    raw = raw.strip()
+    parts = v.split_url(raw)
+    if parts.scheme not in DATABASE_SCHEMES:
+        raise ValueError(f"scheme must be postgresql://, not {parts.scheme!r}")
+    if not parts.path.strip("/") and "host=" not in parts.query:
+        raise ValueError("no database name in the URL")
+    return raw
+
+
+def _broker_url(raw: str) -> str:
+    raw = raw.strip()
+    parts = v.split_url(raw)
+    if parts.scheme not in BROKER_SCHEMES:
+        raise ValueError(f"scheme must be redis:// or amqp://, not {parts.scheme!r}")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ValueError("no host in the URL")
+    return raw
+
+
+def _secrets_parser(provider: Provider) -> v.Parser:
+    def parse(raw: str) -> tuple[str, ...]:
+        found = v.names(raw)
+        for secret in found:
+            if problem := provider.SECRET_FORMAT.problem(secret):
+                raise ValueError(problem)
+        return found
+
+    return parse
+
+
+def _secret_variables() -> list[tuple[str, v.Variable]]:
+    return [(name, v.Variable(record.SECRET_VARIABLE, _secrets_parser(record), (),
+                              "endpoint secrets", DEPLOY))
+            for name, record in PROVIDERS.items()]
+
+
+def _allowlist_variables() -> list[tuple[str, v.Variable]]:
+    return [(name, v.Variable(f"{name.upper()}_ALLOWED_IPS", v.networks, (), "allowlist", INGRESS))
+            for name in PROVIDERS]
 
 
 @dataclass(frozen=True)
 class Settings:
     # None when unset: every Procfile process then refuses to start (require_servers);
     # only `webhooks dev` and the tests start embedded servers instead.
-    database_url: str | None = None
-    broker_url: str | None = None
-    port: int = 8000
-    secrets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    tolerance_seconds: int = 300
-    max_body_bytes: int = 2_097_152
-    job_max_attempts: int = 8
-    job_retry_base_seconds: float = 2.0
-    sweep_interval_seconds: float = 15.0
-    retention_days: int = 30
-    postmark_server_token: str | None = None
-    postmark_api_url: str = "https://api.postmarkapp.com"
-    email_from: str = "billing@example.com"
-    handler_modules: tuple[str, ...] = ()
-    data_dir: Path = Path(".webhooks")
-    log_format: str = "text"
-    log_level: str = "INFO"
+    database_url: str | None = setting(
+        "DATABASE_URL", _database_url, None, "`postgresql://user:pass@host:port/db`", DEPLOY,
+        "required: unset, every Procfile process exits 1")
+    broker_url: str | None = setting(
+        "BROKER_URL", _broker_url, None,
+        "`redis://host:port/N` or `amqp://user:pass@host:port/vhost`", DEPLOY,
+        "required (not by `release`)")
+    port: int = setting("PORT", v.integer(1, 65535), 8000, "port of `web`", DEPLOY)
+    secrets: Mapping[str, tuple[str, ...]] = family(
+        _secret_variables(), "<PROVIDER>_WEBHOOK_SECRET",
+        "endpoint secrets, comma-separated for rotation (see Providers)", DEPLOY, "unset: 404")
+    tolerance_seconds: int = setting(
+        "WEBHOOK_TOLERANCE_SECONDS", v.integer(1), 300,
+        "signed timestamp tolerance, past or future", DEPLOY)
+    max_body_bytes: int = setting("MAX_BODY_BYTES", v.integer(1), 2_097_152,
+                                  "largest body (413 above)", DEPLOY)
+    job_max_attempts: int = setting("JOB_MAX_ATTEMPTS", v.integer(1), 8,
+                                    "attempts before `failed`", DEPLOY)
+    job_retry_base_seconds: float = setting(
+        "JOB_RETRY_BASE_SECONDS", v.number(), 2.0,
+        "first retry delay (doubles, jitter, capped at 1 h)", DEPLOY)
+    sweep_interval_seconds: float = setting(
+        "SWEEP_INTERVAL_SECONDS", v.number(positive=True), 15.0, "clock's sweep period", DEPLOY)
+    retention_days: int = setting("RETENTION_DAYS", v.integer(1), 30,
+                                  "age of pruned finished events", DEPLOY)
+    postmark_server_token: str | None = setting(
+        "POSTMARK_SERVER_TOKEN", v.text, None, "Postmark server token", DEPLOY,
+        "unset: emails go to the log")
+    postmark_api_url: str = setting("POSTMARK_API_URL", v.http_url,
+                                    "https://api.postmarkapp.com", "Postmark's API", DEPLOY)
+    email_from: str = setting("EMAIL_FROM", v.email, "billing@example.com",
+                              "sender address", DEPLOY)
+    handler_modules: tuple[str, ...] = setting(
+        "WEBHOOK_HANDLERS", v.modules, (), "your handler modules, comma-separated", DEPLOY, "none")
+    web_concurrency: int = setting("WEB_CONCURRENCY", v.integer(1), 2,
+                                   "`web` server processes (`--workers` too)", DEPLOY)
+    web_threads: int = setting("WEB_THREADS", v.integer(1), 4,
+                               "app threads per `web` process (`--threads` too)", DEPLOY)
+    worker_metrics_port: int = setting(
+        "WORKER_METRICS_PORT", v.integer(0, 65535), 9191,
+        "port of the Prometheus `/metrics` of a host's workers (`web` serves its own); "
+        "`0`: none", DEPLOY)
+    worker_metrics_host: str = setting(
+        "WORKER_METRICS_HOST", v.address, LOOPBACK, "interface of the workers' `/metrics`", DEPLOY,
+        "`127.0.0.1` (set `0.0.0.0` for a Prometheus on another host)")
+    log_format: str = setting("LOG_FORMAT", v.choice("text", "json"), "text",
+                              "`json` for production logs", DEPLOY)
+    log_level: str = setting("LOG_LEVEL", v.choice("DEBUG", "INFO", "WARNING", "ERROR"),
+                             "INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`", DEPLOY)
+    data_dir: Path = setting(
+        "WEBHOOKS_DATA_DIR", v.path, Path(".webhooks"),
+        "where `webhooks dev` keeps its embedded servers' data and dev secrets (the other "
+        "commands find a running `webhooks dev` there)", DEPLOY)
     # Reconciliation: each provider's API credentials (None: not reconciled) and base URL.
-    stripe_api_key: str | None = None
-    stripe_api_base: str = "https://api.stripe.com"
-    paddle_api_key: str | None = None
-    paddle_api_base: str = "https://api.paddle.com"
-    github_token: str | None = None
-    github_api_base: str = "https://api.github.com"
-    github_hooks: tuple[str, ...] = ()
-    reconcile_interval_seconds: float = 3600.0  # 0: the clock does not reconcile
+    stripe_api_key: str | None = setting(
+        "STRIPE_API_KEY", v.text, None, "a key that can read events (`GET /v1/events`, "
+        "through the `stripe` library)", RECONCILE, "unset: no Stripe reconciliation")
+    stripe_api_base: str = setting("STRIPE_API_BASE", v.http_url, "https://api.stripe.com",
+                                   "Stripe's API", RECONCILE)
+    paddle_api_key: str | None = setting("PADDLE_API_KEY", v.text, None,
+                                         "Paddle Billing (`GET /events`)", RECONCILE)
+    paddle_api_base: str = setting("PADDLE_API_BASE", v.http_url, "https://api.paddle.com",
+                                   "Paddle's API", RECONCILE)
+    github_token: str | None = setting("GITHUB_TOKEN", v.text, None,
+                                       "a token that reads hook deliveries", RECONCILE)
+    github_api_base: str = setting("GITHUB_API_BASE", v.http_url, "https://api.github.com",
+                                   "GitHub's API", RECONCILE)
+    github_hooks: tuple[str, ...] = setting(
+        "GITHUB_HOOKS", v.pattern(GITHUB_HOOK, "repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID"),
+        (), "the hooks to reconcile, e.g. `repos/acme/shop/hooks/12,orgs/acme/hooks/34`", RECONCILE,
+        "none")
+    reconcile_interval_seconds: float = setting(
+        "RECONCILE_INTERVAL_SECONDS", v.number(), 3600.0,
+        "how often the clock reconciles each provider with credentials; `0`: never", RECONCILE)
     # Ingress: the networks each provider's deliveries may come from (absent: any), and how
     # many reverse proxies in front of `web` append to X-Forwarded-For.
-    allowed_networks: Mapping[str, tuple[IPNetwork, ...]] = field(default_factory=dict)
-    trusted_proxies: int = 0
+    allowed_networks: Mapping[str, tuple[IPNetwork, ...]] = family(
+        _allowlist_variables(), "<PROVIDER>_ALLOWED_IPS",
+        "addresses and CIDR ranges, IPv4 or IPv6, comma-separated, that the provider's "
+        "deliveries may come from; others get `403`", INGRESS, "unset: any address")
+    trusted_proxies: int = setting(
+        "TRUSTED_PROXIES", v.integer(0, 32), 0,
+        "how many reverse proxies in front of `web` append to `X-Forwarded-For`", INGRESS,
+        "`0`: the socket's peer address")
+    # Observability: the OTEL_* variables this code reads (the SDK reads the others), and
+    # the folder where a host's processes share their metrics.
+    otel_endpoint: str | None = setting(
+        "OTEL_EXPORTER_OTLP_ENDPOINT", v.http_url, None,
+        "where `web` and `worker` send traces (OTLP over HTTP)", OBSERVE, "unset: no tracing")
+    otel_traces_endpoint: str | None = setting(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", v.http_url, None,
+        "the same for traces alone, used as written", OBSERVE, "unset: no tracing")
+    otel_service_name: str | None = setting(
+        "OTEL_SERVICE_NAME", v.text, None, "the traces' service name", OBSERVE,
+        "`webhooks-web`, `webhooks-worker`")
+    prometheus_multiproc_dir: Path | None = setting(
+        "PROMETHEUS_MULTIPROC_DIR", v.directory, None,
+        "an existing folder where the processes of one `web` or `worker` share their metrics",
+        OBSERVE, "unset: a new temporary folder each")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        return cls(
-            database_url=_database_url(env),
-            broker_url=_broker_url(env),
-            port=_integer(env, "PORT", 8000, minimum=1, maximum=65535),
-            secrets=_secrets(env),
-            tolerance_seconds=_integer(env, "WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1),
-            max_body_bytes=_integer(env, "MAX_BODY_BYTES", 2_097_152, minimum=1),
-            job_max_attempts=_integer(env, "JOB_MAX_ATTEMPTS", 8, minimum=1),
-            job_retry_base_seconds=_number(env, "JOB_RETRY_BASE_SECONDS", 2.0),
-            sweep_interval_seconds=_number(env, "SWEEP_INTERVAL_SECONDS", 15.0, positive=True),
-            retention_days=_integer(env, "RETENTION_DAYS", 30, minimum=1),
-            postmark_server_token=env.get("POSTMARK_SERVER_TOKEN") or None,
-            postmark_api_url=_http_url(env, "POSTMARK_API_URL", "https://api.postmarkapp.com"),
-            email_from=_email(env, "EMAIL_FROM", "billing@example.com"),
-            handler_modules=_names(env.get("WEBHOOK_HANDLERS", "")),
-            data_dir=Path(env.get("WEBHOOKS_DATA_DIR") or ".webhooks").absolute(),
-            log_format=_choice(env, "LOG_FORMAT", "text", ("text", "json")),
-            log_level=_choice(env, "LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),
-            stripe_api_key=env.get("STRIPE_API_KEY") or None,
-            stripe_api_base=_http_url(env, "STRIPE_API_BASE", "https://api.stripe.com"),
-            paddle_api_key=env.get("PADDLE_API_KEY") or None,
-            paddle_api_base=_http_url(env, "PADDLE_API_BASE", "https://api.paddle.com"),
-            github_token=env.get("GITHUB_TOKEN") or None,
-            github_api_base=_http_url(env, "GITHUB_API_BASE", "https://api.github.com"),
-            github_hooks=_github_hooks(env),
-            reconcile_interval_seconds=_number(env, "RECONCILE_INTERVAL_SECONDS", 3600.0),
-            allowed_networks=_allowed_networks(env),
-            trusted_proxies=_integer(env, "TRUSTED_PROXIES", 0, minimum=0, maximum=32),
-        )
+        return cls(**v.read(cls, env))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", self.data_dir.absolute())
+
+    @property
+    def tracing(self) -> bool:
+        """Whether traces are exported (an OTLP endpoint is set)."""
+        return bool(self.otel_endpoint or self.otel_traces_endpoint)
 
     def secrets_for(self, provider: str) -> tuple[str, ...]:
         return self.secrets.get(provider, ())
@@ -121,150 +205,6 @@ class Settings:
 NO_EMBEDDED_SERVERS = "deployed processes never start an embedded server (only `webhooks dev` does)"
 
 
-# A hook's API path: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID.
-GITHUB_HOOK = re.compile(r"(repos/[\w.-]+/[\w.-]+|orgs/[\w.-]+)/hooks/\d+")
-
-
-def _github_hooks(env: Mapping[str, str]) -> tuple[str, ...]:
-    hooks = tuple(hook.strip("/") for hook in _names(env.get("GITHUB_HOOKS", "")))
-    for hook in hooks:
-        if not GITHUB_HOOK.fullmatch(hook):
-            raise ConfigError("GITHUB_HOOKS", f"{hook!r} is not repos/OWNER/REPO/hooks/ID "
-                                              "or orgs/ORG/hooks/ID")
-    return hooks
-
-
-def _allowed_networks(env: Mapping[str, str]) -> dict[str, tuple[IPNetwork, ...]]:
-    """<PROVIDER>_ALLOWED_IPS: IPv4 and IPv6 addresses and CIDR ranges, comma-separated."""
-    found = {}
-    for provider in PROVIDER_SECRET_VARIABLES:
-        variable = f"{provider.upper()}_ALLOWED_IPS"
-        entries = _names(env.get(variable, ""))
-        if not entries:
-            continue
-        networks = []
-        for entry in entries:
-            try:
-                networks.append(ipaddress.ip_network(entry, strict=False))
-            except ValueError:
-                raise ConfigError(variable, f"{entry!r} is not an IP address or CIDR range"
-                                  ) from None
-        found[provider] = tuple(networks)
-    return found
-
-
-def _names(raw: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in raw.split(",") if part.strip())
-
-
-def _secrets(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
-    found = {}
-    for provider, variable in PROVIDER_SECRET_VARIABLES.items():
-        values = _names(env.get(variable, ""))
-        if provider == "standard":
-            for value in values:
-                _standard_secret(variable, value)
-        if values:
-            found[provider] = values
-    return found
-
-
-def _standard_secret(variable: str, value: str) -> None:
-    """Standard Webhooks secrets are `whsec_` + base64; refuse anything else at start."""
-    try:
-        decoded = base64.b64decode(value.removeprefix("whsec_"), validate=True)
-    except (ValueError, binascii.Error):
-        decoded = b""
-    if not decoded:
-        raise ConfigError(variable, "must be whsec_ followed by base64")
-
-
-def _database_url(env: Mapping[str, str]) -> str | None:
-    raw = env.get("DATABASE_URL", "").strip()
-    if not raw:
-        return None
-    parts = _split(raw, "DATABASE_URL")
-    if parts.scheme not in DATABASE_SCHEMES:
-        raise ConfigError("DATABASE_URL", f"scheme must be postgresql://, not {parts.scheme!r}")
-    if not parts.path.strip("/") and "host=" not in parts.query:
-        raise ConfigError("DATABASE_URL", "no database name in the URL")
-    return raw
-
-
-def _broker_url(env: Mapping[str, str]) -> str | None:
-    raw = env.get("BROKER_URL", "").strip()
-    if not raw:
-        return None
-    parts = _split(raw, "BROKER_URL")
-    if parts.scheme not in BROKER_SCHEMES:
-        raise ConfigError("BROKER_URL", f"scheme must be redis:// or amqp://, not {parts.scheme!r}")
-    if parts.scheme != "unix" and not parts.hostname:
-        raise ConfigError("BROKER_URL", "no host in the URL")
-    return raw
-
-
-def _split(raw: str, variable: str):  # type: ignore[no-untyped-def]
-    try:
-        parts = urlsplit(raw)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as error:
-        raise ConfigError(variable, f"not a valid URL ({error})") from None
-    return parts
-
-
-def _http_url(env: Mapping[str, str], variable: str, default: str) -> str:
-    raw = env.get(variable, "").strip() or default
-    parts = _split(raw, variable)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(variable, "must be an http:// or https:// URL")
-    return raw.rstrip("/")
-
-
-def _email(env: Mapping[str, str], variable: str, default: str) -> str:
-    raw = env.get(variable, "").strip() or default
-    if "@" not in raw:
-        raise ConfigError(variable, f"{raw!r} is not an email address")
-    return raw
-
-
-def _choice(env: Mapping[str, str], variable: str, default: str, allowed: tuple[str, ...]) -> str:
-    raw = env.get(variable, "").strip() or default
-    matches = [value for value in allowed if value.lower() == raw.lower()]
-    if not matches:
-        raise ConfigError(variable, f"must be one of {', '.join(allowed)}, not {raw!r}")
-    return matches[0]
-
-
-def _integer(
-    env: Mapping[str, str],
-    variable: str,
-    default: int,
-    minimum: int = 0,
-    maximum: int | None = None,
-) -> int:
-    raw = env.get(variable, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(variable, f"must be a whole number, not {raw!r}") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        upper = f" and at most {maximum}" if maximum is not None else ""
-        raise ConfigError(variable, f"must be at least {minimum}{upper}, not {value}")
-    return value
-
-
-def _number(env: Mapping[str, str], variable: str, default: float, positive: bool = False) -> float:
-    raw = env.get(variable, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(variable, f"must be a number, not {raw!r}") from None
-    if value != value or value in (float("inf"), float("-inf")) or value < 0:
-        raise ConfigError(variable, f"must be a non-negative number, not {raw!r}")
-    if positive and value == 0:
-        raise ConfigError(variable, "must be greater than 0")
-    return value
+def markdown_table(section: Section) -> str:
+    """The README's table of the section's variables (console's: console.settings)."""
+    return v.markdown_table(section, Settings)

@@ -19,7 +19,6 @@ defaults to webhooks-web or webhooks-worker.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -28,8 +27,8 @@ if TYPE_CHECKING:
     from flask import Flask
     from opentelemetry.trace import Tracer
 
-ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_ENDPOINT"
-TRACES_ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    from shared.settings import Settings
+
 WEB_SERVICE = "webhooks-web"
 WORKER_SERVICE = "webhooks-worker"
 
@@ -49,12 +48,8 @@ class _NoSpan:
 NO_SPAN = _NoSpan()
 
 
-def wanted(environ: Mapping[str, str] | None = None) -> bool:
-    environ = os.environ if environ is None else environ
-    return bool(environ.get(ENDPOINT_VARIABLE) or environ.get(TRACES_ENDPOINT_VARIABLE))
-
-
-def configure(default_service: str, *, flask_app: Flask | None = None) -> bool:
+def configure(settings: Settings, default_service: str, *,
+              flask_app: Flask | None = None) -> bool:
     """Set up the tracer provider and the instrumentations of this process, if the
     environment asks for traces; call it before any engine is created (the psycopg
     instrumentation hooks the connections made after it). True if tracing is on.
@@ -62,7 +57,7 @@ def configure(default_service: str, *, flask_app: Flask | None = None) -> bool:
     In a forking server, call it in each process: the exporter's thread does not survive
     a fork."""
     global _tracer
-    if not wanted():
+    if not settings.tracing:
         return False
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -73,7 +68,7 @@ def configure(default_service: str, *, flask_app: Flask | None = None) -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     if _tracer is None:
-        service = os.environ.get("OTEL_SERVICE_NAME") or default_service
+        service = settings.otel_service_name or default_service
         provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service}))
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)

@@ -27,7 +27,9 @@ from sqlalchemy.engine import Engine
 
 from shared.errors import ConfigError, DatabaseUnavailable, MissingVariable, WebhooksError
 from shared.models import JobStatus
-from shared.settings import PROVIDER_SECRET_VARIABLES, Settings
+from shared.providers import NAMES as PROVIDERS
+from shared.providers import RECONCILED
+from shared.settings import Settings
 from shared.terminal import visible
 
 T = TypeVar("T")
@@ -94,8 +96,10 @@ def _database(action: Callable[[], T]) -> T:
         fail(f"database unavailable: {str(error).splitlines()[0]}")
 
 
-def _metrics_dir(kind: str) -> None:
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+def _metrics_dir(settings: Settings, kind: str) -> None:
+    """PROMETHEUS_MULTIPROC_DIR, for the server processes this one starts: a new folder
+    unless it is set (prometheus_client reads the variable itself)."""
+    if settings.prometheus_multiproc_dir is None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix=f"webhooks-{kind}-")
 
 
@@ -127,20 +131,20 @@ def migrate() -> None:
 
 
 @main.command()
-@click.option("--workers", type=click.IntRange(1), default=2, show_default=True,
-              envvar="WEB_CONCURRENCY", help="Server processes ($WEB_CONCURRENCY).")
+@click.option("--workers", type=click.IntRange(1), default=None,
+              help="Server processes (default $WEB_CONCURRENCY, else 2).")
 @click.option("--threads", type=click.IntRange(1), default=None,
-              envvar="WEB_THREADS", help="App threads per process ($WEB_THREADS; default 4).")
+              help="App threads per process (default $WEB_THREADS, else 4).")
 @click.option("--host", default=ANY_INTERFACE, show_default=True,
               help="Interface to listen on ($PORT is the port).")
-def web(workers: int, threads: int | None, host: str) -> None:
+def web(workers: int | None, threads: int | None, host: str) -> None:
     """The ingest HTTP server (granian) on $PORT."""
     settings = procfile_settings()
-    _metrics_dir("web")
-    from ingest.app import DEFAULT_THREADS
+    _metrics_dir(settings, "web")
     from ingest.server import serve
 
-    serve(settings, workers=workers, threads=threads or DEFAULT_THREADS, host=host)
+    serve(settings, workers=workers or settings.web_concurrency,
+          threads=threads or settings.web_threads, host=host)
 
 
 @main.command()
@@ -150,9 +154,9 @@ def web(workers: int, threads: int | None, host: str) -> None:
                    "loop (and waits on Postmark); the others apply jobs.")
 def worker(processes: int, threads: int) -> None:
     """Dramatiq workers: job processing and outbox dispatch."""
-    procfile_settings()
-    _metrics_dir("worker")
-    _serve_worker_metrics()
+    settings = procfile_settings()
+    _metrics_dir(settings, "worker")
+    _serve_worker_metrics(settings)
     from dramatiq.cli import main as dramatiq_main
 
     # The longest an idle consumer waits between polls of the broker (ms): the notices
@@ -163,19 +167,17 @@ def worker(processes: int, threads: int) -> None:
     sys.exit(dramatiq_main())
 
 
-def _serve_worker_metrics() -> None:
-    """/metrics for the worker processes (aggregated over them) on $WORKER_METRICS_PORT
-    (default 9191; 0 disables), on $WORKER_METRICS_HOST (default 127.0.0.1). A port
-    already taken, by another worker on the same host, is logged and skipped: that
-    worker's /metrics already serves this host."""
-    port = int(os.environ.get("WORKER_METRICS_PORT", "9191") or 0)
+def _serve_worker_metrics(settings: Settings) -> None:
+    """/metrics for the worker processes (aggregated over them) on WORKER_METRICS_PORT
+    (0 disables), on WORKER_METRICS_HOST. A port already taken, by another worker on the
+    same host, is logged and skipped: that worker's /metrics already serves this host."""
+    port, host = settings.worker_metrics_port, settings.worker_metrics_host
     if not port:
         return
     from prometheus_client import CollectorRegistry, multiprocess, start_http_server
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    host = os.environ.get("WORKER_METRICS_HOST") or LOOPBACK
     try:
         start_http_server(port, addr=host, registry=registry)
     except OSError as error:
@@ -200,6 +202,12 @@ def clock() -> None:
 def dev() -> None:
     """The whole system, with embedded Postgres and broker unless URLs are set."""
     settings = load_settings()
+    from console.settings import ConsoleSettings
+
+    try:
+        ConsoleSettings.from_env()  # the console it starts would stop at a bad one
+    except ConfigError as error:
+        fail(str(error), code=2)
     from webhooks.dev import run
 
     try:
@@ -209,7 +217,7 @@ def dev() -> None:
 
 
 @main.command()
-@click.argument("provider", type=click.Choice(sorted(PROVIDER_SECRET_VARIABLES)))
+@click.argument("provider", type=click.Choice(sorted(PROVIDERS)))
 @click.argument("file", type=click.File("rb"))
 @click.option("--url", help="Default: the local ingest, http://127.0.0.1:$PORT/webhooks/PROVIDER.")
 @click.option("--secret", help="Default: the provider's secret variable, or the dev secret.")
@@ -220,13 +228,13 @@ def send(provider: str, file: Any, url: str | None, secret: str | None, repeat: 
          concurrency: int, extra_headers: tuple[str, ...]) -> None:
     """Sign FILE with the provider's secret and POST it: a signed test delivery."""
     settings = load_settings()
+    from shared.providers import PROVIDERS as RECORDS
     from webhooks.dev import dev_secrets
     from webhooks.send import post, signed_headers
 
-    variable = PROVIDER_SECRET_VARIABLES[provider]
     secret = secret or (settings.secrets_for(provider) or (None,))[0]
     if secret is None:
-        secret = dev_secrets(settings.data_dir)[variable]
+        secret = dev_secrets(settings.data_dir)[RECORDS[provider].SECRET_VARIABLE]
     body = file.read()
     headers = signed_headers(provider, body, secret)
     for raw in extra_headers:
@@ -246,7 +254,7 @@ def send(provider: str, file: Any, url: str | None, secret: str | None, repeat: 
 @main.command()
 @click.option("--job", "job_ids", type=int, multiple=True, help="A failed job id (repeatable).")
 @click.option("--all", "all_failed", is_flag=True, help="Every failed job matching the filters.")
-@click.option("--provider")
+@click.option("--provider", type=click.Choice(PROVIDERS))
 @click.option("--type", "event_type")
 @click.option("--since", type=click.DateTime(), help="Jobs created at or after this time.")
 @click.option("--dry-run", is_flag=True, help="Show how many, change nothing.")
@@ -352,7 +360,7 @@ class Moment(click.ParamType):
 
 
 @main.command()
-@click.option("--provider")
+@click.option("--provider", type=click.Choice(PROVIDERS))
 @click.option("--type", "event_type", help="Event type, e.g. invoice.paid.")
 @click.option("--status", type=click.Choice([str(s) for s in JobStatus]),
               help="The job's status.")
@@ -428,9 +436,10 @@ def show(provider: str, event_id: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--host", default=LOOPBACK, show_default=True, envvar="CONSOLE_HOST",
-              help="Interface to listen on ($CONSOLE_HOST; $CONSOLE_PORT is the port).")
-def console(host: str) -> None:
+@click.option("--host", default=None,
+              help="Interface to listen on (default $CONSOLE_HOST, else 127.0.0.1; "
+                   "$CONSOLE_PORT is the port).")
+def console(host: str | None) -> None:
     """The operator console on $CONSOLE_PORT (HTTP Basic auth: CONSOLE_USER and
     CONSOLE_PASSWORD)."""
     settings = procfile_settings()
@@ -438,7 +447,8 @@ def console(host: str) -> None:
     from console.settings import ConsoleSettings
 
     try:
-        serve(settings, ConsoleSettings.from_env(), host=host)
+        console_settings = ConsoleSettings.from_env()
+        serve(settings, console_settings, host=host or console_settings.host)
     except MissingVariable as error:  # CONSOLE_PASSWORD
         fail(str(error))
     except ConfigError as error:
@@ -446,7 +456,7 @@ def console(host: str) -> None:
 
 
 @main.command()
-@click.argument("provider", type=click.Choice(["stripe", "paddle", "github"]))
+@click.argument("provider", type=click.Choice(RECONCILED))
 @click.option("--since", type=Moment(), default=None,
               help="List the provider's events from this time (default: 72 hours ago).")
 @click.option("--dry-run", is_flag=True, help="List what would be recorded; record nothing.")
@@ -484,7 +494,7 @@ def reconcile(provider: str, since: datetime | None, dry_run: bool) -> None:
 
 
 @main.command()
-@click.argument("provider", type=click.Choice(sorted(PROVIDER_SECRET_VARIABLES)))
+@click.argument("provider", type=click.Choice(sorted(PROVIDERS)))
 def pause(provider: str) -> None:
     """Keep acknowledging and recording PROVIDER's deliveries, but run none of its jobs
     until `webhooks resume PROVIDER` (every worker stops within a second)."""
@@ -497,7 +507,7 @@ def pause(provider: str) -> None:
 
 
 @main.command()
-@click.argument("provider", type=click.Choice(sorted(PROVIDER_SECRET_VARIABLES)))
+@click.argument("provider", type=click.Choice(sorted(PROVIDERS)))
 def resume(provider: str) -> None:
     """Run PROVIDER's jobs again, oldest first."""
     settings = local_settings()

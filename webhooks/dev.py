@@ -9,7 +9,6 @@ Ctrl-C (or SIGTERM, SIGHUP) stops everything, the embedded servers it started in
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import secrets
@@ -23,11 +22,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from shared.settings import PROVIDER_SECRET_VARIABLES, Settings
+from console.settings import ConsoleSettings
+from shared.providers import PROVIDERS
+from shared.settings import Settings
 from webhooks import embedded
 
 LOOPBACK = "127.0.0.1"
-CONSOLE_PORT = 8001
+CONSOLE_PORT = ConsoleSettings.port
 
 
 def dev_secrets(data_dir: Path) -> dict[str, str]:
@@ -37,14 +38,8 @@ def dev_secrets(data_dir: Path) -> dict[str, str]:
         stored: dict[str, str] = json.loads(path.read_text())
         return stored
     embedded.private_folder(data_dir)
-    made = {
-        variable: (
-            "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
-            if provider in ("stripe", "standard")
-            else secrets.token_hex(16)
-        )
-        for provider, variable in PROVIDER_SECRET_VARIABLES.items()
-    }
+    made = {record.SECRET_VARIABLE: record.SECRET_FORMAT.generate()
+            for record in PROVIDERS.values()}
     embedded.write_private(path, json.dumps(made, indent=2))
     return made
 
@@ -142,10 +137,10 @@ def _banner(settings: Settings, env: dict[str, str]) -> None:
                 else "$CONSOLE_PASSWORD, as set in the environment")
     click.echo(f"""
 webhooks is running
-  ingest:   {url}/webhooks/<provider>   (stripe, paddle, shopify, github, slack, standard)
+  ingest:   {url}/webhooks/<provider>   ({', '.join(PROVIDERS)})
   health:   {url}/healthz  {url}/readyz  {url}/metrics
   console:  http://{LOOPBACK}:{env['CONSOLE_PORT']}/
-            user {env.get('CONSOLE_USER') or 'admin'}, password {password}
+            user {ConsoleSettings.from_env(env).user}, password {password}
   database: {without_password(env['DATABASE_URL'])}
   broker:   {without_password(env['BROKER_URL'])}
   secrets:  {settings.data_dir / 'dev-secrets.json'} (unless set in the environment)

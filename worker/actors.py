@@ -22,7 +22,7 @@ from worker import handlers, jobs, outbox, shutdown
 shutdown.tolerate_group_sigterm()  # imported in each worker process, after Dramatiq's handler
 settings = Settings.from_env()
 configure_logging(settings)
-tracing.configure(tracing.WORKER_SERVICE)  # in each worker process (this import runs in each)
+tracing.configure(settings, tracing.WORKER_SERVICE)  # in each worker process (this import runs)
 broker = wakeups.create_broker(settings)
 dramatiq.set_broker(broker)
 handlers.load(settings)

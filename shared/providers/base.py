@@ -8,10 +8,13 @@ happens before any database access.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol
 
 from shared import payloads
@@ -23,7 +26,81 @@ MAX_ID_LENGTH = 255
 class Headers(Protocol):
     """A case-insensitive header mapping (werkzeug's Headers, or requests' dict)."""
 
-    def get(self, key: str, default: Any = None) -> Any: ...
+    def get(self, key: str) -> Any: ...
+
+
+class SecretFormat(StrEnum):
+    """How a provider writes an endpoint secret: what `webhooks dev` generates, and what
+    Settings refuses at start."""
+
+    HEX = "hex"  # any text is the HMAC key; generated as hex
+    WHSEC = "whsec"  # `whsec_` + base64, the whole text the key (Stripe); any text accepted
+    WHSEC_BASE64 = "whsec_base64"  # `whsec_` + the key in base64, refused otherwise
+
+    def generate(self) -> str:
+        if self is SecretFormat.HEX:
+            return secrets.token_hex(16)
+        return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+    def problem(self, secret: str) -> str | None:
+        """Why `secret` cannot be a secret of this format, or None."""
+        if self is not SecretFormat.WHSEC_BASE64:
+            return None
+        try:
+            decoded = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+        except (ValueError, binascii.Error):
+            decoded = b""
+        return None if decoded else "must be whsec_ followed by base64"
+
+
+class Provider(Protocol):
+    """One provider's record: each module of shared/providers is one, and everything that
+    lists providers (settings, `webhooks dev`, the command's choices, the metrics' labels,
+    the README's table) reads them from shared.providers.PROVIDERS."""
+
+    @property
+    def name(self) -> str:
+        """The path segment (`/webhooks/<name>`), the `provider` column, the metric label."""
+
+    @property
+    def TITLE(self) -> str:
+        """The provider as people call it (the README's table)."""
+
+    @property
+    def SECRET_VARIABLE(self) -> str:
+        """The variable holding its endpoint secrets, comma-separated."""
+
+    @property
+    def SECRET_FORMAT(self) -> SecretFormat:
+        """How its secrets are written."""
+
+    @property
+    def SIGNED_EVENT_ID(self) -> bool:
+        """Whether the signature covers the event id; when not, a body already recorded is
+        a duplicate whatever id it comes with (shared/recording.py)."""
+
+    @property
+    def RECONCILES(self) -> bool:
+        """Whether its events can be listed through its API (shared/reconciliation)."""
+
+    @property
+    def HEADERS(self) -> str:
+        """The headers a delivery needs, in Markdown (the README's table)."""
+
+    @property
+    def EVENT_ID(self) -> str:
+        """Where the event id is read, in Markdown."""
+
+    @property
+    def EVENT_TYPE(self) -> str:
+        """Where the event type is read, in Markdown."""
+
+    def verify(self, body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int,
+               now: float) -> Delivery:
+        """The delivery, or InvalidSignature / InvalidPayload."""
+
+    def sign(self, body: bytes, secret: str, now: float) -> dict[str, str]:
+        """The headers that sign `body` with `secret` (`webhooks send`, the tests)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
+    SecretFormat,
     header,
     hex_digest,
     optional_type,
@@ -23,6 +24,13 @@ from shared.providers.base import (
 )
 
 name = "github"
+TITLE = "GitHub"
+SECRET_VARIABLE = "GITHUB_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
+SECRET_FORMAT = SecretFormat.HEX
+RECONCILES = True
+HEADERS = "`X-Hub-Signature-256`, `X-GitHub-Delivery`, `X-GitHub-Event`"
+EVENT_ID = "header `X-GitHub-Delivery`"
+EVENT_TYPE = "header `X-GitHub-Event`"
 # The id and type headers are outside the signature: a body already recorded is a duplicate.
 SIGNED_EVENT_ID = False
 SIGNATURE = HmacScheme("X-Hub-Signature-256", hex_digest, prefix="sha256=")

@@ -11,6 +11,7 @@ from shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
+    SecretFormat,
     check_timestamp,
     header,
     hex_digest,
@@ -20,6 +21,14 @@ from shared.providers.base import (
 )
 
 name = "paddle"
+TITLE = "Paddle Billing"
+SECRET_VARIABLE = "PADDLE_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
+SECRET_FORMAT = SecretFormat.HEX
+SIGNED_EVENT_ID = True
+RECONCILES = True
+HEADERS = "`Paddle-Signature`"
+EVENT_ID = "body `event_id`"
+EVENT_TYPE = "body `event_type`"
 SIGNATURE = HmacScheme("Paddle-Signature", hex_digest)
 
 

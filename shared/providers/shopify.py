@@ -16,6 +16,7 @@ from shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
+    SecretFormat,
     base64_digest,
     header,
     optional_type,
@@ -24,6 +25,14 @@ from shared.providers.base import (
 )
 
 name = "shopify"
+TITLE = "Shopify"
+SECRET_VARIABLE = "SHOPIFY_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
+SECRET_FORMAT = SecretFormat.HEX
+RECONCILES = False
+HEADERS = ("`X-Shopify-Hmac-Sha256`, `X-Shopify-Webhook-Id`, `X-Shopify-Topic` "
+           "(or the same without `X-`)")
+EVENT_ID = "header `X-Shopify-Webhook-Id`"
+EVENT_TYPE = "header `X-Shopify-Topic`"
 # The id and topic headers are outside the signature (and no timestamp is signed): a body
 # already recorded is a duplicate (shared/recording.py).
 SIGNED_EVENT_ID = False

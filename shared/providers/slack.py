@@ -15,6 +15,7 @@ from shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
+    SecretFormat,
     check_timestamp,
     header,
     hex_digest,
@@ -24,6 +25,14 @@ from shared.providers.base import (
 )
 
 name = "slack"
+TITLE = "Slack Events API"
+SECRET_VARIABLE = "SLACK_SIGNING_SECRET"  # noqa: S105 - the name of the variable
+SECRET_FORMAT = SecretFormat.HEX
+SIGNED_EVENT_ID = True
+RECONCILES = False
+HEADERS = "`X-Slack-Signature`, `X-Slack-Request-Timestamp`"
+EVENT_ID = "body `event_id`"
+EVENT_TYPE = "body `event.type`"
 SIGNATURE = HmacScheme("X-Slack-Signature", hex_digest, prefix="v0=")
 
 

@@ -27,6 +27,7 @@ from shared.errors import InvalidSignature
 from shared.providers.base import (
     Delivery,
     Headers,
+    SecretFormat,
     check_timestamp,
     first_match,
     header,
@@ -36,6 +37,15 @@ from shared.providers.base import (
 )
 
 name = "standard"
+TITLE = "Standard Webhooks (Svix, Resend, Clerk)"
+SECRET_VARIABLE = "STANDARD_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
+SECRET_FORMAT = SecretFormat.WHSEC_BASE64
+SIGNED_EVENT_ID = True
+RECONCILES = False
+HEADERS = ("`webhook-id`, `webhook-timestamp`, `webhook-signature` "
+           "(or Svix's `svix-id`, `svix-timestamp`, `svix-signature`)")
+EVENT_ID = "header `webhook-id` (or `svix-id`)"
+EVENT_TYPE = "body `type`"
 
 
 def verify(

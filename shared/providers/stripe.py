@@ -9,12 +9,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-import stripe as stripe_sdk
-
 from shared.errors import InvalidSignature
 from shared.providers.base import (
     Delivery,
     Headers,
+    SecretFormat,
     check_timestamp,
     header,
     optional_type,
@@ -23,6 +22,14 @@ from shared.providers.base import (
 )
 
 name = "stripe"
+TITLE = "Stripe"
+SECRET_VARIABLE = "STRIPE_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
+SECRET_FORMAT = SecretFormat.WHSEC
+SIGNED_EVENT_ID = True
+RECONCILES = True
+HEADERS = "`Stripe-Signature`"
+EVENT_ID = "body `id`"
+EVENT_TYPE = "body `type`"
 
 
 def verify(
@@ -68,6 +75,8 @@ def _timestamp(signature: str) -> str | None:
 
 
 def _valid(text: str, signature: str, secret: str, tolerance: int) -> bool:
+    import stripe as stripe_sdk  # only here: a slow import
+
     try:
         stripe_sdk.WebhookSignature.verify_header(text, signature, secret, tolerance)
     except stripe_sdk.SignatureVerificationError:

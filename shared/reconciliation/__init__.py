@@ -24,7 +24,7 @@ from typing import Protocol
 
 from sqlalchemy.engine import Engine
 
-from shared import db, queries, wakeups
+from shared import db, providers, queries, wakeups
 from shared.errors import InvalidPayload, MissingVariable, WebhooksError
 from shared.models import ReceivedVia
 from shared.recording import record_event
@@ -32,7 +32,7 @@ from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
-PROVIDERS = ("stripe", "paddle", "github")
+PROVIDERS = providers.RECONCILED
 DEFAULT_LOOKBACK = timedelta(hours=72)  # Stripe retries for 3 days
 # The clock's runs overlap by this much: an event created just before a run's start but
 # listed by the API only later is still in the next run's window.

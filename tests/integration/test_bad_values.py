@@ -1,0 +1,101 @@
+"""Every environment variable's bad value stops every Procfile process at start: one line
+on stderr naming the variable, exit 2, no traceback (SPEC, "Configuration"). Each variable
+is tried on the real command, `python -m webhooks <process>`, the Procfile processes taken
+in turn; and every declared variable whose text can be wrong has its bad value here."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from console.settings import ConsoleSettings
+from shared import variables
+from shared.providers import PROVIDERS
+from shared.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+PROCESSES = ("web", "worker", "clock", "console", "migrate")
+
+BAD_VALUES: dict[str, str] = {
+    "DATABASE_URL": "mysql://u@h/db",
+    "BROKER_URL": "redis://",
+    "PORT": "eighty",
+    "STANDARD_WEBHOOK_SECRET": "whsec_not*base64",
+    "WEBHOOK_TOLERANCE_SECONDS": "0",
+    "MAX_BODY_BYTES": "-1",
+    "JOB_MAX_ATTEMPTS": "many",
+    "JOB_RETRY_BASE_SECONDS": "-2",
+    "SWEEP_INTERVAL_SECONDS": "0",
+    "RETENTION_DAYS": "1.5",
+    "POSTMARK_API_URL": "ftp://postmark",
+    "EMAIL_FROM": "billing",
+    "WEBHOOK_HANDLERS": "no.such.module",
+    "WEB_CONCURRENCY": "x",
+    "WEB_THREADS": "0",
+    "WORKER_METRICS_PORT": "abc",
+    "WORKER_METRICS_HOST": "not-an-address",
+    "LOG_FORMAT": "xml",
+    "LOG_LEVEL": "LOUD",
+    "STRIPE_API_BASE": "stripe.com",
+    "PADDLE_API_BASE": "http://",
+    "GITHUB_API_BASE": "https://[::1",
+    "GITHUB_HOOKS": "repos/acme",
+    "RECONCILE_INTERVAL_SECONDS": "hourly",
+    "TRUSTED_PROXIES": "33",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://[collector",
+    "PROMETHEUS_MULTIPROC_DIR": "/no/such/folder",
+    "CONSOLE_PORT": "70000",
+    "CONSOLE_HOST": "not-an-address",
+    "CONSOLE_USER": "ad:min",
+    "CONSOLE_READONLY": "maybe",
+    **{f"{name.upper()}_ALLOWED_IPS": "10.0.0.0/33" for name in PROVIDERS},
+}
+# Variables any text is valid for: tokens, passwords, names, paths, the HMAC secrets.
+ANY_TEXT = {declared.name for declared in variables.declarations(Settings, ConsoleSettings)
+            if isinstance(declared, variables.Variable)
+            and declared.parse in (variables.text, variables.path)}
+ANY_TEXT |= {record.SECRET_VARIABLE for record in PROVIDERS.values()
+             if record.SECRET_FORMAT.problem("not base64!") is None}
+CONSOLE_ONLY = {declared.name for declared in variables.declarations(ConsoleSettings)}
+
+
+def declared_names() -> set[str]:
+    found: set[str] = set()
+    for declared in variables.declarations(Settings, ConsoleSettings):
+        found |= ({declared.name} if isinstance(declared, variables.Variable)
+                  else set(declared.names()))
+    return found
+
+
+def test_every_declared_variable_has_a_bad_value_here() -> None:
+    assert declared_names() - ANY_TEXT == set(BAD_VALUES)
+
+
+def _process_for(variable: str, turn: int) -> str:
+    return "console" if variable in CONSOLE_ONLY else PROCESSES[turn % len(PROCESSES)]
+
+
+CASES = [(variable, _process_for(variable, turn))
+         for turn, variable in zip(itertools.count(), BAD_VALUES, strict=False)]
+
+
+@pytest.mark.parametrize(("variable", "process"), CASES, ids=[v for v, _ in CASES])
+def test_a_bad_value_is_one_line_naming_it_and_exit_2(variable: str, process: str,
+                                                      tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OTEL_", "CONSOLE_", "WEBHOOK", "WEB_", "WORKER_"))}
+    env.update({"DATABASE_URL": "postgresql://u@127.0.0.1:1/db", "BROKER_URL": "redis://127.0.0.1:1/0",
+                "CONSOLE_PASSWORD": "a long enough password", "PYTHONPATH": str(ROOT),
+                variable: BAD_VALUES[variable]})
+    result = subprocess.run([sys.executable, "-m", "webhooks", process], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"webhooks: {variable}: "), lines

@@ -1,0 +1,81 @@
+"""Providers and settings are declared once: the README's tables are generated from the
+declarations, the settings' defaults are the declared ones, and everything that lists
+providers reads the registry."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from console.settings import ConsoleSettings
+from shared import variables
+from shared.errors import ConfigError
+from shared.providers import PROVIDERS, RECONCILED
+from shared.providers.base import SecretFormat
+from shared.reconciliation import PROVIDERS as RECONCILED_BY_CLOCK
+from shared.settings import Settings
+from webhooks import readme
+from webhooks.cli import main
+
+
+def test_the_readme_tables_are_the_declarations() -> None:
+    assert readme.stale(readme.README.read_text()) == [], "run `python -m webhooks.readme`"
+
+
+def test_a_changed_table_is_caught() -> None:
+    text = readme.README.read_text().replace("| `PORT` | port of `web` | `8000` |",
+                                             "| `PORT` | port of `web` | `8080` |")
+    assert readme.stale(text) == ["variables deploy"]
+    assert readme.stale(readme.generated(text)) == []
+
+
+def test_unset_variables_are_the_declared_defaults() -> None:
+    assert Settings.from_env({}) == Settings()
+    assert ConsoleSettings.from_env({}) == ConsoleSettings()
+
+
+def test_every_variable_has_a_doc_and_a_section() -> None:
+    for declared in variables.declarations(Settings, ConsoleSettings):
+        assert declared.doc and declared.section in set(variables.Section)
+
+
+def test_the_secret_variables_are_the_providers() -> None:
+    env = {record.SECRET_VARIABLE: "whsec_c2VjcmV0" for record in PROVIDERS.values()}
+    assert set(Settings.from_env(env).secrets) == set(PROVIDERS)
+    env = {f"{name.upper()}_ALLOWED_IPS": "10.0.0.1" for name in PROVIDERS}
+    assert set(Settings.from_env(env).allowed_networks) == set(PROVIDERS)
+
+
+@pytest.mark.parametrize("secret_format", list(SecretFormat))
+def test_generated_secrets_are_valid_in_their_format(secret_format: SecretFormat) -> None:
+    secret = secret_format.generate()
+    assert secret_format.problem(secret) is None
+    assert secret.startswith("whsec_") == (secret_format is not SecretFormat.HEX)
+
+
+def test_a_whsec_base64_secret_is_checked_at_start() -> None:
+    with pytest.raises(ConfigError, match=r"^STANDARD_WEBHOOK_SECRET: "):
+        Settings.from_env({"STANDARD_WEBHOOK_SECRET": "whsec_***"})
+
+
+@pytest.mark.parametrize("command", ["send", "pause", "resume"])
+def test_the_commands_choose_among_the_registered_providers(command: str) -> None:
+    argument = next(p for p in main.commands[command].params if p.name == "provider")
+    assert isinstance(argument.type, click.Choice)
+    assert set(argument.type.choices) == set(PROVIDERS)
+
+
+def test_reconcile_chooses_among_the_providers_with_an_events_api() -> None:
+    argument = next(p for p in main.commands["reconcile"].params if p.name == "provider")
+    assert isinstance(argument.type, click.Choice)
+    assert tuple(argument.type.choices) == RECONCILED == RECONCILED_BY_CLOCK
+    assert set(RECONCILED) == {"stripe", "paddle", "github"}
+
+
+def test_the_handler_modules_are_found_without_being_imported() -> None:
+    assert variables.modules("examples.handlers.github_push, tests.handlers_for_tests") == \
+        ("examples.handlers.github_push", "tests.handlers_for_tests")
+    for missing in ("no.such.module", "examples.nope", "examples.handlers.github_push.x",
+                    "not-a-name"):
+        with pytest.raises(ValueError, match="no module named"):
+            variables.modules(missing)
