@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shared import variables as v
-from shared.errors import ConfigError, MissingVariable
+from shared.errors import ConfigError, MissingVariable, UnusableVariable
 from shared.settings import LOOPBACK, Settings
 from shared.variables import Section, setting
 
@@ -54,8 +54,8 @@ class ConsoleSettings:
             raise MissingVariable("CONSOLE_PASSWORD",
                                   "the console never runs without a password")
         if len(self.password) < MIN_PASSWORD_LENGTH:
-            raise ConfigError("CONSOLE_PASSWORD", f"must be at least {MIN_PASSWORD_LENGTH} "
-                                                  "characters")
+            raise UnusableVariable("CONSOLE_PASSWORD",
+                                   f"must be at least {MIN_PASSWORD_LENGTH} characters")
 
     def check(self, settings: Settings) -> None:
         """Everything `serve` needs before it listens: DATABASE_URL and BROKER_URL (as every

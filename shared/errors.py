@@ -31,6 +31,14 @@ class MissingVariable(ConfigError):
         super().__init__(variable, f"not set; {hint}")
 
 
+class UnusableVariable(MissingVariable):
+    """A variable set to what a process must not run with, as if it were unset (a console
+    password too short to face the network): exits 1, like a missing one."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        ConfigError.__init__(self, variable, problem)
+
+
 class RejectedDelivery(WebhooksError):
     """A delivery the ingest refuses; carries the HTTP status and a metric reason."""
 

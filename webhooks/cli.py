@@ -254,7 +254,7 @@ def send(provider: str, file: Any, url: str | None, secret: str | None, repeat: 
 @main.command()
 @click.option("--job", "job_ids", type=int, multiple=True, help="A failed job id (repeatable).")
 @click.option("--all", "all_failed", is_flag=True, help="Every failed job matching the filters.")
-@click.option("--provider", type=click.Choice(PROVIDERS))
+@click.option("--provider", help=f"One provider ({', '.join(PROVIDERS)}).")
 @click.option("--type", "event_type")
 @click.option("--since", type=click.DateTime(), help="Jobs created at or after this time.")
 @click.option("--dry-run", is_flag=True, help="Show how many, change nothing.")
@@ -360,7 +360,7 @@ class Moment(click.ParamType):
 
 
 @main.command()
-@click.option("--provider", type=click.Choice(PROVIDERS))
+@click.option("--provider", help=f"One provider ({', '.join(PROVIDERS)}).")
 @click.option("--type", "event_type", help="Event type, e.g. invoice.paid.")
 @click.option("--status", type=click.Choice([str(s) for s in JobStatus]),
               help="The job's status.")

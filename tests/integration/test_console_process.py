@@ -39,6 +39,16 @@ def test_without_a_password_it_exits_1_naming_the_variable(database_url: str) ->
         sock.bind(("127.0.0.1", port))  # nothing listened
 
 
+def test_a_password_under_12_characters_exits_1_naming_it(database_url: str) -> None:
+    port = processes.free_port()
+    result = subprocess.run([sys.executable, "-m", "webhooks", "console"], cwd=ROOT,
+                            env=console_env(database_url, port, CONSOLE_PASSWORD="eleven char"),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "CONSOLE_PASSWORD" in lines[0] and "12" in lines[0], lines
+
+
 def test_a_bad_port_exits_2_naming_it(database_url: str) -> None:
     env = {**console_env(database_url, 1), "CONSOLE_PORT": "eighty", "CONSOLE_PASSWORD": "x"}
     result = subprocess.run([sys.executable, "-m", "console"], cwd=ROOT, env=env,
