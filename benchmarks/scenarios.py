@@ -17,7 +17,7 @@ from benchmarks import load, pgbench, stack
 from benchmarks.events import CUSTOMERS
 
 HERE = Path(__file__).resolve().parent
-# worker/jobs.py applies a batch of up to actors.JOB_BATCH_SIZE jobs in one transaction;
+# worker/jobs.py applies a batch of up to jobs.BATCH_SIZE jobs in one transaction;
 # pgbench runs worker.sql with batches of this many to do the same.
 JOBS_PER_TRANSACTION = 50
 

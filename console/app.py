@@ -43,18 +43,13 @@ def create_app(settings: Settings, console_settings: ConsoleSettings, *,
     return app
 
 
-def check(settings: Settings, console_settings: ConsoleSettings) -> None:
-    """What `serve` checks before it listens: ConfigError (MissingVariable for an unset
-    DATABASE_URL, BROKER_URL or CONSOLE_PASSWORD), one line naming the variable."""
-    console_settings.check(settings)
-
-
 def serve(settings: Settings, console_settings: ConsoleSettings, host: str,
           threads: int = THREADS) -> None:
     """Run the console on CONSOLE_PORT until SIGTERM/SIGINT. Raises ConfigError
-    (MissingVariable: exit 1) before listening when `check` fails."""
+    (MissingVariable for an unset DATABASE_URL, BROKER_URL or CONSOLE_PASSWORD: exit 1)
+    before listening when ConsoleSettings.check fails."""
     global _serving
-    check(settings, console_settings)
+    console_settings.check(settings)
     from shared.logs import configure_logging
 
     configure_logging(settings)

@@ -43,12 +43,12 @@ def receive(provider: str) -> tuple[Response, int] | Response:
     label = _label(provider)
     try:
         _check_before_body(current_app, provider, request.remote_addr, request.content_length)
-        delivery = _verified_delivery(provider)
+        body, delivery = _verified_delivery(provider)
         _count_secret(provider, delivery)
         if delivery.reply is not None:
             return jsonify(delivery.reply)
         recorded = record_event(current_app.extensions["engine"], provider,
-                                delivery.event_id, delivery.event_type, request_body(),
+                                delivery.event_id, delivery.event_type, body,
                                 trace_context=tracing.traceparent())
     except RejectedDelivery as error:
         _count_rejected(label, error, request.remote_addr)
@@ -163,7 +163,8 @@ def _count_secret(provider: str, delivery: Delivery) -> None:
                                            "event_id": delivery.event_id})
 
 
-def _verified_delivery(provider: str) -> Delivery:
+def _verified_delivery(provider: str) -> tuple[bytes, Delivery]:
+    """The request's body, and the delivery its provider's signature check made of it."""
     settings: Settings = current_app.extensions["settings"]
     module = providers.get(provider)
     secrets = settings.secrets_for(provider)
@@ -173,7 +174,7 @@ def _verified_delivery(provider: str) -> Delivery:
     delivery: Delivery = module.verify(
         body, request.headers, secrets, settings.tolerance_seconds, time.time()
     )
-    return delivery
+    return body, delivery
 
 
 def _read_body(limit: int) -> bytes:
@@ -200,7 +201,6 @@ def _read_body(limit: int) -> bytes:
         raise PayloadTooLarge(f"body over {limit} bytes")
     if length is not None and len(body) < length:
         raise InvalidPayload("body shorter than its Content-Length (client went away)")
-    request.environ["webhooks.body"] = body
     return body
 
 
@@ -208,11 +208,6 @@ def close_connection(response: Response) -> None:
     """For a refused body left unread: the server drops the connection after this answer
     rather than read the rest; the header tells the client not to send on it again."""
     response.headers["Connection"] = "close"
-
-
-def request_body() -> bytes:
-    body: bytes = request.environ["webhooks.body"]
-    return body
 
 
 def _after_commit(provider: str, delivery: Delivery, recorded: Recorded) -> None:

@@ -188,10 +188,6 @@ class Settings:
     def secrets_for(self, provider: str) -> tuple[str, ...]:
         return self.secrets.get(provider, ())
 
-    def networks_for(self, provider: str) -> tuple[IPNetwork, ...] | None:
-        """The networks the provider's deliveries may come from; None: any address."""
-        return self.allowed_networks.get(provider)
-
     def require_servers(self, *, broker: bool = True) -> None:
         """MissingVariable unless DATABASE_URL (and BROKER_URL) are set. A deploy that
         forgot one must stop at once, never acknowledge webhooks into a local folder."""

@@ -16,7 +16,8 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -96,11 +97,24 @@ def _database(action: Callable[[], T]) -> T:
         fail(f"database unavailable: {str(error).splitlines()[0]}")
 
 
-def _metrics_dir(settings: Settings, kind: str) -> None:
-    """PROMETHEUS_MULTIPROC_DIR, for the server processes this one starts: a new folder
-    unless it is set (prometheus_client reads the variable itself)."""
-    if settings.prometheus_multiproc_dir is None:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix=f"webhooks-{kind}-")
+@contextmanager
+def _metrics_folder(settings: Settings, kind: str) -> Iterator[None]:
+    """PROMETHEUS_MULTIPROC_DIR for the server (or worker) processes this one starts, unless
+    it is set: a new temporary folder, removed when the server returns, as it does on
+    SIGTERM or SIGINT once its processes have stopped. Only by this process: the ones it
+    forks exit without running this. prometheus_client reads the variable once, when it is
+    imported: import nothing that loads it before entering."""
+    if settings.prometheus_multiproc_dir is not None:
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix=f"webhooks-{kind}-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    owner = os.getpid()
+    try:
+        yield
+    finally:
+        if os.getpid() == owner:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -140,11 +154,11 @@ def migrate() -> None:
 def web(workers: int | None, threads: int | None, host: str) -> None:
     """The ingest HTTP server (granian) on $PORT."""
     settings = procfile_settings()
-    _metrics_dir(settings, "web")
-    from ingest.server import serve
+    with _metrics_folder(settings, "web"):  # set before prometheus_client is imported
+        from ingest.server import serve
 
-    serve(settings, workers=workers or settings.web_concurrency,
-          threads=threads or settings.web_threads, host=host)
+        serve(settings, workers=workers or settings.web_concurrency,
+              threads=threads or settings.web_threads, host=host)
 
 
 @main.command()
@@ -155,16 +169,17 @@ def web(workers: int | None, threads: int | None, host: str) -> None:
 def worker(processes: int, threads: int) -> None:
     """Dramatiq workers: job processing and outbox dispatch."""
     settings = procfile_settings()
-    _metrics_dir(settings, "worker")
-    _serve_worker_metrics(settings)
-    from dramatiq.cli import main as dramatiq_main
-
     # The longest an idle consumer waits between polls of the broker (ms): the notices
     # (shared/redis_broker.py) wake it sooner; a lost notice costs at most this.
     os.environ.setdefault("dramatiq_worker_timeout", "100")
     sys.argv = ["dramatiq", "worker.actors", "--processes", str(processes),
                 "--threads", str(threads), "--worker-shutdown-timeout", "30000"]
-    sys.exit(dramatiq_main())
+    with _metrics_folder(settings, "worker"):  # set before prometheus_client is imported
+        _serve_worker_metrics(settings)
+        from dramatiq.cli import main as dramatiq_main
+
+        code = dramatiq_main()
+    sys.exit(code)
 
 
 def _serve_worker_metrics(settings: Settings) -> None:

@@ -22,30 +22,39 @@ in one global order; a handler that locks something else can still deadlock, and
 then aborts one batch, whose jobs run one at a time. A batch also stops taking new jobs
 after BATCH_SECONDS, and claims only as many as it can apply in that time (Pace), so slow
 handlers neither keep locks long nor keep claimed jobs from idle workers.
+
+A wake-up message (worker/actors.py) runs `on_wakeup`: batch after batch while they apply
+jobs, then the wake-ups the committed batches ask for (their emails, their retries).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, metrics, payloads, queries, tracing
+from shared import db, metrics, payloads, queries, tracing, wakeups
 from shared.errors import DatabaseUnavailable, PermanentJobError, describe
 from shared.queries import ClaimedJob
 from shared.settings import Settings
-from worker import handlers
+from worker import handlers, outbox, retries
 
 log = logging.getLogger(__name__)
 
-MAX_DELAY_SECONDS = 3600.0
+# Jobs one batch of a wake-up claims and applies in one transaction.
+BATCH_SIZE = wakeups.JOBS_PER_MESSAGE
+# A wake-up claims batch after batch while they apply jobs (a backlog drains, or jobs keep
+# arriving while a batch runs) instead of waiting for a broker round trip or the web's next
+# wake-up; for at most this long, then a new message carries on if more are due. Well inside
+# the actor's time limit, and short, so that one message never holds its thread for long.
+LOOP_SECONDS = 1.0
 BATCH_SECONDS = 0.25  # a batch takes no new job after this long
 COLD_CLAIM = 10  # a process's first claims, before it knows how long its jobs take
 
@@ -84,26 +93,44 @@ class BatchResult:
     more: bool = False  # claimed jobs left pending (time budget), or the claim was full
 
 
-def retry_delay(attempts: int, base: float, rng: random.Random | None = None) -> float:
-    """Seconds before attempt `attempts + 1`: base doubling per attempt, ±20% jitter,
-    capped at an hour."""
-    rng = rng or random.Random()
-    exponent = min(max(attempts - 1, 0), 32)
-    delay = min(base * (2**exponent), MAX_DELAY_SECONDS)
-    return float(min(delay * rng.uniform(0.8, 1.2), MAX_DELAY_SECONDS))
+def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker,
+              job_id: int | None = None) -> None:
+    """Apply due jobs, oldest first, one batch transaction after another while they find
+    jobs to apply (see LOOP_SECONDS), and send the wake-ups each committed batch asks for.
+    job_id names the job whose commit sent this wake-up (for the logs); whichever jobs are
+    due get claimed."""
+    deadline = time.monotonic() + LOOP_SECONDS
+    while True:
+        result = process_batch(engine, settings, limit=BATCH_SIZE)
+        outbox_woken = _wake_after(broker, result)
+        # Stop after a batch that applied nothing: none was due, or other batches held its
+        # jobs' customers (one message does not spin on the same rows). Stop too when its
+        # emails needed a dispatch message: this thread lets go, so that the dispatch is
+        # not queued behind looping wake-ups.
+        if not result.done or outbox_woken or time.monotonic() >= deadline:
+            break
+    if result.more:
+        wakeups.wake_jobs(broker, [job_id or 0])  # more may be due: a new message carries on
+
+
+def _wake_after(broker: dramatiq.Broker, result: BatchResult) -> bool:
+    """The wake-ups a committed batch asks for: the outbox for its emails, each retried job
+    at its time, the jobs deferred after a lock conflict at once. True if it sent a
+    dispatch message (no dispatch runs in this process)."""
+    outbox_woken = bool(result.emails_queued) and outbox.wake(broker)
+    for retried_id, delay in result.retried:
+        wakeups.wake_jobs(broker, [retried_id], delay=delay)
+    if result.deferred:
+        wakeups.wake_jobs(broker, result.deferred)
+    return outbox_woken
 
 
 def process_batch(
-    engine: Engine, settings: Settings, *, job_id: int | None = None, limit: int = 10,
+    engine: Engine, settings: Settings, *, limit: int = 10,
     budget_seconds: float = BATCH_SECONDS, pace: Pace = PACE,
 ) -> BatchResult:
-    """Claim and apply up to `limit` due jobs in one transaction (or just `job_id`, in a
-    transaction of its own). A batch that fails rolls back, and its jobs run one
-    transaction each (see _one_at_a_time)."""
-    if job_id is not None:
-        result = BatchResult()
-        _process_one(engine, settings, job_id, result)
-        return result
+    """Claim and apply up to `limit` due jobs in one transaction. A batch that fails rolls
+    back, and its jobs run one transaction each (see _one_at_a_time)."""
     applied: list[_Applied] = []
     ordered: list[ClaimedJob] = []
     started = time.monotonic()
@@ -286,13 +313,14 @@ def _after_error(
         return
     message = describe(error)
     attempts = row.attempts + 1
-    if isinstance(error, PermanentJobError) or attempts >= settings.job_max_attempts:
+    policy = retries.for_jobs(settings)
+    if isinstance(error, PermanentJobError) or policy.exhausted(attempts):
         _mark(conn, queries.JobMarkFailed, {"id": row.id, "error": message})
         result.failed += 1
         metrics.jobs_failed.inc()
         log.error("job failed", extra={**context, "attempts": attempts, "error": message})
         return
-    delay = retry_delay(attempts, settings.job_retry_base_seconds)
+    delay = policy.delay(attempts)
     _mark(conn, queries.JobMarkRetry, {"id": row.id, "error": message, "delay": delay})
     result.retried.append((row.id, delay))
     metrics.jobs_retried.inc()

@@ -11,7 +11,12 @@ outcome was never recorded (crash, timeout, lost response, 5xx): before sending 
 search Postmark's outbound messages by `metadata_idempotency_key`, and if the message is
 there the row is marked sent without sending. That search is the only way a second send
 of a key could happen: if Postmark accepted a message but it is not yet searchable when
-the retry runs (retries start at least MIN_RETRY_SECONDS later; crashes wait a lease).
+the retry runs (retries start at least retries.EMAIL_MIN_DELAY_SECONDS later; crashes wait
+a lease).
+
+A wake-up message (worker/actors.py) runs `on_wakeup`: the process's one dispatch loop
+(OneDispatchPerProcess), round after round of `dispatch_due` while emails are due. A job
+batch that queued emails calls `wake`, which hands them to that loop if it runs here.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
@@ -30,8 +37,7 @@ from shared import db, metrics, queries, tracing, wakeups
 from shared.errors import EmailOutcomeUnknown, EmailRejected, describe
 from shared.queries import ClaimedEmail
 from shared.settings import Settings
-from worker import postmark
-from worker.jobs import retry_delay
+from worker import postmark, retries
 from worker.postmark import OutboundEmail, Outcome, Sender, Sent
 
 log = logging.getLogger(__name__)
@@ -42,7 +48,12 @@ LEASE_SECONDS = 45.0
 # No call to Postmark starts later than this after the claim, so every call ends (at the
 # client's timeout at worst) well inside the lease. Rows not reached are given back.
 SEND_DEADLINE_SECONDS = 20.0
-MIN_RETRY_SECONDS = 1.0
+# Well inside the actor's time limit: a message that ran on for ever would be interrupted
+# at an arbitrary point.
+LOOP_SECONDS = 60.0
+# Between two rounds of a dispatch that found fewer emails than a full claim, emails gather
+# this long: at a steady rate, one claim and one mark carry several batches' emails.
+GATHER_SECONDS = 0.05
 
 
 @dataclass
@@ -54,6 +65,30 @@ class DispatchResult:
     claimed: int = 0
 
 
+def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> None:
+    """Send due emails, round after round while any is due, in this process's one dispatch
+    loop; for at most LOOP_SECONDS, then a fresh message carries on."""
+    if not _DISPATCH.run(partial(_round, engine, settings, broker), LOOP_SECONDS):
+        wakeups.wake_outbox(broker, 1)
+
+
+def wake(broker: dramatiq.Broker) -> bool:
+    """After a batch committed emails: the dispatch loop running in this process takes
+    them, else a message wakes a dispatch in some worker process (True)."""
+    if _DISPATCH.mark_due():
+        wakeups.wake_outbox(broker, 1)
+        return True
+    return False
+
+
+def _round(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> None:
+    result = dispatch_due(engine, settings)
+    if result.more:
+        wakeups.wake_outbox(broker, 1)  # here again, or another process
+    elif result.claimed:
+        time.sleep(GATHER_SECONDS)
+
+
 def dispatch_due(engine: Engine, settings: Settings, limit: int = wakeups.EMAILS_PER_MESSAGE,
                  *, sender: Sender | None = None) -> DispatchResult:
     """Claim up to `limit` due emails, send them, and record each outcome."""
@@ -62,7 +97,7 @@ def dispatch_due(engine: Engine, settings: Settings, limit: int = wakeups.EMAILS
     rows = _claim(engine, limit)
     result = DispatchResult(claimed=len(rows), more=len(rows) >= limit)
     if rows:
-        outcomes = _attempt(sender, rows, settings, deadline)
+        outcomes = _attempt(sender, rows, retries.for_emails(settings), deadline)
         _record(engine, settings, rows, outcomes, result)
     return result
 
@@ -74,7 +109,7 @@ def _claim(engine: Engine, limit: int) -> list[ClaimedEmail]:
     return sorted(rows, key=lambda row: row.id)
 
 
-def _attempt(sender: Sender, rows: Sequence[ClaimedEmail], settings: Settings,
+def _attempt(sender: Sender, rows: Sequence[ClaimedEmail], policy: retries.Retries,
              deadline: float) -> dict[int, Outcome]:
     """Search for the rows with an earlier attempt, then send the rest in one request."""
     outcomes: dict[int, Outcome] = {}
@@ -84,7 +119,7 @@ def _attempt(sender: Sender, rows: Sequence[ClaimedEmail], settings: Settings,
             break
         if row.attempts > 1:
             with tracing.span("postmark search", row.trace_context, _span_attributes(row)):
-                found = _search(sender, row, settings)
+                found = _search(sender, row, policy)
             if found is not None:
                 outcomes[row.id] = found
                 continue
@@ -114,7 +149,7 @@ def _span_attributes(row: ClaimedEmail, batch: int = 1) -> dict[str, Any]:
             "webhooks.attempt": row.attempts, "webhooks.emails_in_request": batch}
 
 
-def _search(sender: Sender, row: ClaimedEmail, settings: Settings) -> Outcome | None:
+def _search(sender: Sender, row: ClaimedEmail, policy: retries.Retries) -> Outcome | None:
     """Sent if Postmark already has this key; None if the row should be sent now."""
     try:
         message_id = sender.find_sent(row.idempotency_key)
@@ -123,7 +158,7 @@ def _search(sender: Sender, row: ClaimedEmail, settings: Settings) -> Outcome | 
     if message_id is not None:
         log.info("email found already sent", extra={**_context(row), "message_id": message_id})
         return Sent(message_id)
-    if row.attempts > settings.job_max_attempts:
+    if row.attempts > policy.max_attempts:
         # Only after a crash during the last attempt: it was not sent, and no tries remain.
         return EmailOutcomeUnknown("attempts exhausted")
     return None
@@ -140,6 +175,7 @@ def _record(engine: Engine, settings: Settings, rows: Sequence[ClaimedEmail],
     """Write every outcome in one transaction (the sent ones in one statement), then count
     and log what changed."""
     sent = [row for row in rows if isinstance(outcomes.get(row.id), Sent)]
+    policy = retries.for_emails(settings)
     changes = []
     with db.transaction(engine) as conn:
         marked = _mark_sent(conn, sent, outcomes)
@@ -148,7 +184,7 @@ def _record(engine: Engine, settings: Settings, rows: Sequence[ClaimedEmail],
             if isinstance(outcome, Sent):
                 change = marked.get(row.id)
             else:
-                change = _mark(conn, settings, row, outcome)
+                change = _mark(conn, policy, row, outcome)
             if change is None:
                 log.warning("outbox row re-claimed by another dispatcher; outcome dropped",
                             extra=_context(row))
@@ -175,7 +211,7 @@ def _mark_sent(conn: Connection, rows: Sequence[ClaimedEmail],
     return {id_: ("sent", {"message_id": message_ids[id_]}) for id_ in updated}
 
 
-def _mark(conn: Connection, settings: Settings, row: ClaimedEmail,
+def _mark(conn: Connection, policy: retries.Retries, row: ClaimedEmail,
           outcome: EmailRejected | EmailOutcomeUnknown | None) -> tuple[str, dict[str, Any]] | None:
     """Apply one outcome other than sent, guarded by the attempt we claimed; None if the
     guard failed."""
@@ -184,12 +220,11 @@ def _mark(conn: Connection, settings: Settings, row: ClaimedEmail,
     if outcome is None:  # never reached before the deadline: give it back now
         status, statement = "released", queries.OutboxMarkRetry
         params = {**guard, "delay": 0, "error": "not attempted: the dispatcher ran out of time"}
-    elif isinstance(outcome, EmailRejected) or row.attempts >= settings.job_max_attempts:
+    elif isinstance(outcome, EmailRejected) or policy.exhausted(row.attempts):
         status, statement = "failed", queries.OutboxMarkFailed
         params = {**guard, "error": describe(outcome)}
     else:
-        delay = max(retry_delay(row.attempts, settings.job_retry_base_seconds),
-                    MIN_RETRY_SECONDS)
+        delay = policy.delay(row.attempts)
         status, statement = "retried", queries.OutboxMarkRetry
         params = {**guard, "delay": delay, "error": describe(outcome)}
     updated = conn.execute(statement, params).rowcount
@@ -257,3 +292,7 @@ class OneDispatchPerProcess:
             finally:
                 self._running.release()
         return True
+
+
+# Wake-ups for emails go to the dispatch loop running in this process when there is one.
+_DISPATCH = OneDispatchPerProcess()

@@ -60,7 +60,7 @@ def env(database_url: str, redis_url: str, flag: Path) -> dict[str, str]:
 def start_console(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = processes.free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "console", "--host", "127.0.0.1"], cwd=ROOT,
+        [sys.executable, "-m", "webhooks", "console", "--host", "127.0.0.1"], cwd=ROOT,
         env={**os.environ, **env, "CONSOLE_PORT": str(port)},
         stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

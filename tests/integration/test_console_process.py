@@ -1,6 +1,6 @@
-"""`python -m console` (what `webhooks console` runs): without CONSOLE_PASSWORD it exits 1
-at once with one line naming it and opens no port; with it, granian serves the console,
-Basic auth first, and an event id full of slashes and dots reaches its page."""
+"""`webhooks console`: without CONSOLE_PASSWORD it exits 1 at once with one line naming it
+and opens no port; with it, granian serves the console, Basic auth first, and an event id
+full of slashes and dots reaches its page."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def console_env(database_url: str, port: int, **extra: str) -> dict[str, str]:
 
 def test_without_a_password_it_exits_1_naming_the_variable(database_url: str) -> None:
     port = processes.free_port()
-    result = subprocess.run([sys.executable, "-m", "console", "--host", "127.0.0.1"], cwd=ROOT,
-                            env=console_env(database_url, port), capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "webhooks", "console", "--host", "127.0.0.1"],
+                            cwd=ROOT, env=console_env(database_url, port), capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
@@ -51,7 +51,7 @@ def test_a_password_under_12_characters_exits_1_naming_it(database_url: str) -> 
 
 def test_a_bad_port_exits_2_naming_it(database_url: str) -> None:
     env = {**console_env(database_url, 1), "CONSOLE_PORT": "eighty", "CONSOLE_PASSWORD": "x"}
-    result = subprocess.run([sys.executable, "-m", "console"], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, "-m", "webhooks", "console"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "CONSOLE_PORT" in result.stderr
 
@@ -63,7 +63,7 @@ def test_it_serves_the_console_behind_basic_auth(clean_db: Engine, database_url:
     port = processes.free_port()
     log = (tmp_path / "console.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "console", "--host", "127.0.0.1"], cwd=ROOT,
+        [sys.executable, "-m", "webhooks", "console", "--host", "127.0.0.1"], cwd=ROOT,
         env=console_env(database_url, port, CONSOLE_PASSWORD=PASSWORD), stdout=log,
         stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

@@ -171,7 +171,7 @@ def test_a_retry_waits_for_its_backoff(clean_db, mail_settings, sender, fake):
 
     again = outbox.dispatch_due(clean_db, mail_settings, sender=sender)
 
-    assert again.claimed == 0  # at least MIN_RETRY_SECONDS, though the base is 0
+    assert again.claimed == 0  # at least retries.EMAIL_MIN_DELAY_SECONDS, though the base is 0
     [row] = rows(clean_db)
     assert row.leased and "500" in row.last_error
 

@@ -81,11 +81,11 @@ def test_a_job_that_fails_for_real_fires_webhook_jobs_failed(
 
             invoice = factories.invoice()
             invoice.pop("amount_paid")  # the handler refuses it: a permanent error
-            job_id = factories.insert_event_and_job(
+            factories.insert_event_and_job(
                 clean_db, factories.stripe_event("invoice.paid", invoice))
             once = dataclasses.replace(settings, job_max_attempts=1)
             handlers.load(once)
-            assert jobs.process_batch(clean_db, once, job_id=job_id).failed == 1
+            assert jobs.process_batch(clean_db, once).failed == 1
 
             alerts = processes.wait_until(lambda: firing(base, "WebhookJobsFailed"),
                                           timeout=60, interval=0.5)
