@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import psycopg
 import sqlalchemy as sa
@@ -22,6 +23,10 @@ Row = TypeVar("Row")
 
 # SQLSTATEs worth retrying the whole transaction for.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock
+# A write refused by a server that is no longer the primary (a failover demoted it, or a
+# pooler or DNS still points at it): its connections are dropped like a dead server's,
+# so that the next one finds the new primary (target_session_attrs=read-write).
+READ_ONLY_SQLSTATES = frozenset({"25006"})  # read_only_sql_transaction
 
 
 def database_url(settings: Settings) -> str:
@@ -33,10 +38,20 @@ def database_url(settings: Settings) -> str:
 
 
 def sqlalchemy_url(raw: str) -> str:
+    """DATABASE_URL as SQLAlchemy reads it. Several hosts as libpq writes them
+    (`postgresql://u:p@db1:5432,db2:5432/app?target_session_attrs=read-write`) become
+    `host=` parameters, which psycopg hands back to libpq as its host list: every new
+    connection goes to whichever host target_session_attrs accepts (the primary)."""
     scheme, _, rest = raw.partition("://")
     if scheme in ("postgres", "postgresql"):
         scheme = "postgresql+psycopg"
-    return f"{scheme}://{rest}"
+    netloc, _, tail = rest.partition("/")
+    login, at, hosts = netloc.rpartition("@")
+    if "," not in hosts:
+        return f"{scheme}://{rest}"
+    path, _, query = tail.partition("?")
+    listed = "&".join(f"host={quote(host, safe=':[]')}" for host in hosts.split(",") if host)
+    return f"{scheme}://{login}{at}/{path}?{listed}" + (f"&{query}" if query else "")
 
 
 def create_engine(
@@ -48,7 +63,7 @@ def create_engine(
     # connection returns to the pool.
     options: dict[str, Any] = ({"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None}
                                if autocommit else {})
-    return sa.create_engine(
+    engine = sa.create_engine(
         url or database_url(settings),
         **options,
         pool_size=pool_size,
@@ -68,6 +83,15 @@ def create_engine(
             " -c idle_in_transaction_session_timeout=300000",
         },
     )
+    sa.event.listen(engine, "handle_error", _read_only_is_a_disconnect)
+    return engine
+
+
+def _read_only_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:
+    """A read-only server's refusal invalidates the connection (and, as for a dead server,
+    the rest of the pool), instead of leaving it pooled to be refused again."""
+    if getattr(context.original_exception, "sqlstate", None) in READ_ONLY_SQLSTATES:
+        context.is_disconnect = True
 
 
 @functools.lru_cache(maxsize=256)
@@ -162,11 +186,12 @@ def _run(dialect: sa.Dialect, connection: Any, statement: sa.TextClause,
         finally:
             cursor.close()
     except psycopg.Error as error:
-        gone = dialect.is_disconnect(error, connection.dbapi_connection, None)  # type: ignore[arg-type]
+        gone = (dialect.is_disconnect(error, connection.dbapi_connection, None)  # type: ignore[arg-type]
+                or error.sqlstate in READ_ONLY_SQLSTATES)
         if gone:
             invalidate(error)
         wrapped = sa.exc.DBAPIError.instance(sql, params, error, psycopg.Error,
-                                             connection_invalidated=gone)
+                                             hide_parameters=True, connection_invalidated=gone)
         _translate(wrapped)
         raise wrapped from error
 
@@ -188,8 +213,9 @@ def is_unavailable(error: BaseException) -> bool:
         return True
     state = sqlstate(error)
     if state is not None:
-        # 08: connection exception, 57P: operator intervention (shutdown), 53: resources
-        return state.startswith(("08", "57P", "53"))
+        # 08: connection exception, 57P: operator intervention (shutdown), 53: resources,
+        # 25006: a server no longer the primary
+        return state.startswith(("08", "57P", "53")) or state in READ_ONLY_SQLSTATES
     return isinstance(error, sa.exc.OperationalError | sa.exc.InterfaceError)
 
 

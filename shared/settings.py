@@ -28,8 +28,14 @@ DEPLOY, RECONCILE, INGRESS, OBSERVE = (Section.DEPLOY, Section.RECONCILIATION, S
 
 
 def _database_url(raw: str) -> str:
+    """One host, or several as libpq writes them (`db1:5432,db2:5432`), each checked."""
     raw = raw.strip()
-    parts = v.split_url(raw)
+    scheme, _, rest = raw.partition("://")
+    netloc, _, tail = rest.partition("/")
+    login, at, hosts = netloc.rpartition("@")
+    for host in hosts.split(",")[1:]:
+        v.split_url(f"{scheme}://{host}/")
+    parts = v.split_url(f"{scheme}://{login}{at}{hosts.split(',')[0]}/{tail}")
     if parts.scheme not in DATABASE_SCHEMES:
         raise ValueError(f"scheme must be postgresql://, not {parts.scheme!r}")
     if not parts.path.strip("/") and "host=" not in parts.query:
@@ -74,7 +80,10 @@ class Settings:
     # None when unset: every Procfile process then refuses to start (require_servers);
     # only `webhooks dev` and the tests start embedded servers instead.
     database_url: str | None = setting(
-        "DATABASE_URL", _database_url, None, "`postgresql://user:pass@host:port/db`", DEPLOY,
+        "DATABASE_URL", _database_url, None,
+        "`postgresql://user:pass@host:port/db`; several hosts as libpq writes them, "
+        "`postgresql://user:pass@db1:5432,db2:5432/db?target_session_attrs=read-write`, "
+        "and every new connection goes to the primary", DEPLOY,
         "required: unset, every Procfile process exits 1")
     broker_url: str | None = setting(
         "BROKER_URL", _broker_url, None,
