@@ -34,7 +34,8 @@ def create_app(settings: Settings, console_settings: ConsoleSettings, *,
     app.config["MAX_CONTENT_LENGTH"] = MAX_FORM_BYTES
     engine = db.create_engine(settings, pool_size=threads)
     broker = wakeups.create_broker(settings) if settings.broker_url else None
-    app.register_blueprint(create_blueprint(engine, console_settings, broker=broker))
+    app.register_blueprint(create_blueprint(engine, console_settings, broker=broker,
+                                            hook_modules=settings.handler_modules))
     # Answers outside the blueprint's routes (a 404 or 405 for a path it does not serve)
     # carry its headers too; and no redirect that merges slashes, whose Location werkzeug
     # builds from the Host header.

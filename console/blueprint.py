@@ -14,6 +14,7 @@ and the broker it was given.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -30,6 +31,7 @@ from console import emails, events, overview
 from console.auth import TOKEN_FIELD, Guard, challenge, too_many_failures
 from console.settings import ConsoleSettings
 from console.state import Console
+from shared import hooks
 from shared.errors import DatabaseUnavailable
 from shared.events import MAX_ROW_ID
 from shared.models import EmailStatus, JobStatus
@@ -61,9 +63,12 @@ class EventIdConverter(BaseConverter):
 
 def create_blueprint(engine: Engine, settings: ConsoleSettings, *,
                      broker: dramatiq.Broker | None = None,
-                     name: str = "console") -> Blueprint:
-    """The console for `engine`. MissingVariable if settings has no password."""
+                     name: str = "console", hook_modules: Iterable[str] = ()) -> Blueprint:
+    """The console for `engine`. MissingVariable if settings has no password. The event
+    page shows the effects the hooks registered (shared.hooks) by the built-in modules,
+    `hook_modules` (your WEBHOOK_HANDLERS) and the `webhooks.handlers` entry points."""
     console = Console(engine, settings, Guard(settings), broker)
+    hooks.load(hook_modules)
     blueprint = Blueprint(name, __name__, template_folder="templates",
                           static_folder="static", static_url_path="/console-static")
     blueprint.record_once(_add_converter)

@@ -1,5 +1,6 @@
-"""Finding events: the listing with filters and keyset pagination, one event with its job
-and effects, and the per-provider overview. Read-only; `webhooks events`, `webhooks show`
+"""Finding events: the listing with filters and keyset pagination, one event with its job,
+its emails and its effects (as the effects hooks of its provider show them, shared.hooks),
+and the per-provider overview. Read-only; `webhooks events`, `webhooks show`
 and the console all read through here.
 
 Search (`EventFilter.search`) matches an event id exactly, or a word or phrase of the
@@ -18,17 +19,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from shared import payloads
+from shared import hooks, payloads
 from shared.models import (
     SEARCH_PAYLOAD_BYTES,
     SEARCH_PREFIX_CHARS,
     EmailStatus,
     JobStatus,
     jobs,
-    ledger_entries,
     outbox,
     paused_providers,
-    subscriptions,
     webhook_duplicates,
     webhook_events,
 )
@@ -163,8 +162,8 @@ class EventDetail:
     event: dict[str, Any]  # provider, event_id, event_type, received_at, payload
     job: dict[str, Any] | None  # id, status, attempts, last_error, outcome, times
     duplicates: int
-    ledger_entries: list[dict[str, Any]] = field(default_factory=list)
-    subscription: dict[str, Any] | None = None
+    # What its provider's effects hooks show (the reference app: ledger entries, subscription)
+    effects: list[hooks.Section] = field(default_factory=list)
     emails: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -190,36 +189,10 @@ def show_event(conn: Connection, provider: str, event_id: str) -> EventDetail | 
     return EventDetail(
         event=fields, job=dict(job._mapping) if job else None,
         duplicates=int(duplicates),
-        ledger_entries=_ledger(conn, key),
-        subscription=_subscription(conn, event_id, event.event_type, payload),
+        effects=hooks.effects_of(conn, hooks.Event(provider, event_id, event.event_type,
+                                                    payload)),
         emails=_emails(conn, key),
     )
-
-
-def _ledger(conn: Connection, key: dict[str, str]) -> list[dict[str, Any]]:
-    entries = ledger_entries.c
-    rows = conn.execute(sa.select(entries.customer_id, entries.currency, entries.amount,
-                                  entries.kind, entries.reference, entries.entry_key,
-                                  entries.created_at)
-                        .where(entries.provider == key["provider"],
-                               entries.event_id == key["event_id"])
-                        .order_by(entries.id))
-    return [dict(row._mapping) for row in rows]
-
-
-def _subscription(conn: Connection, event_id: str, event_type: str,
-                  payload: Any) -> dict[str, Any] | None:
-    """The subscription this event last set, or the one its data.object is."""
-    s = subscriptions.c
-    data = payload.get("data") if isinstance(payload, dict) else None
-    obj = data.get("object") if isinstance(data, dict) else None
-    object_id = obj.get("id") if isinstance(obj, dict) else None
-    condition = s.last_event_id == event_id
-    if isinstance(object_id, str) and event_type.startswith("customer.subscription."):
-        condition = sa.or_(condition, s.subscription_id == object_id)
-    row = conn.execute(sa.select(s.subscription_id, s.customer_id, s.status,
-                                 s.last_event_id, s.updated_at).where(condition)).first()
-    return dict(row._mapping) if row else None
 
 
 def _emails(conn: Connection, key: dict[str, str]) -> list[dict[str, Any]]:

@@ -4,9 +4,10 @@
 - webhook_events UNIQUE (provider, event_id): one row per logical event, however many
   deliveries.
 - jobs UNIQUE (provider, event_id): one job per event.
-- ledger_entries UNIQUE (entry_key): one ledger effect per business fact (an invoice is
-  credited once even though Stripe sends invoice.paid and invoice.payment_succeeded).
 - outbox UNIQUE (idempotency_key): one email per key.
+
+Apps add their tables to the same `metadata` (the reference app's are in ledger/tables.py),
+so that one migration history and `alembic check` cover them.
 
 The status vocabularies (JobStatus, EmailStatus) are defined here, with their state
 machines; the CHECK constraints, the statements in shared/queries.py and the code use them.
@@ -192,50 +193,6 @@ jobs = Table(
     Index("ix_jobs_pending_run_at_id", "run_at", "id",
           postgresql_where=text(f"status = '{JobStatus.PENDING}'")),
     Index(None, "status", "finished_at"),
-)
-
-accounts = Table(
-    "accounts",
-    metadata,
-    Column("customer_id", Text, nullable=False),
-    Column("currency", Text, nullable=False),
-    Column("balance", BigInteger, nullable=False, server_default="0"),
-    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
-    PrimaryKeyConstraint("customer_id", "currency"),
-)
-
-ledger_entries = Table(
-    "ledger_entries",
-    metadata,
-    Column("id", BigInteger, Identity(), nullable=False),
-    Column("customer_id", Text, nullable=False),
-    Column("currency", Text, nullable=False),
-    Column("amount", BigInteger, nullable=False),
-    Column("provider", Text, nullable=False),
-    Column("event_id", Text, nullable=False),
-    Column("entry_key", Text, nullable=False),
-    Column("kind", Text, nullable=False),
-    Column("reference", Text, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
-    PrimaryKeyConstraint("id"),
-    UniqueConstraint("entry_key"),
-    ForeignKeyConstraint(
-        ["customer_id", "currency"], ["accounts.customer_id", "accounts.currency"]
-    ),
-    Index(None, "customer_id", "currency"),
-    Index(None, "kind", "reference"),
-)
-
-subscriptions = Table(
-    "subscriptions",
-    metadata,
-    Column("subscription_id", Text, nullable=False),
-    Column("customer_id", Text, nullable=False),
-    Column("status", Text, nullable=False),
-    Column("last_event_created", BigInteger, nullable=False),
-    Column("last_event_id", Text, nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
-    PrimaryKeyConstraint("subscription_id"),
 )
 
 outbox = Table(

@@ -111,9 +111,10 @@ JobClaimDue = text(f"""
     ORDER BY j.run_at, j.id
 """)
 
-# Of a batch's lock keys (the customers its jobs touch), those that no other open batch
-# holds, now held by this one until it commits. pg_try_*: never waits. Two batches then
-# never queue on each other's accounts; a job whose key is taken waits for a later claim.
+# Of a batch's lock keys (shared.hooks.lock_key: the reference app's are the customers its
+# jobs touch), those that no other open batch holds, now held by this one until it commits.
+# pg_try_*: never waits. Two batches then never queue on each other's keys (accounts); a
+# job whose key is taken waits for a later claim.
 # Proven by:
 # test_jobs.py::test_a_batch_skips_the_customers_another_batch_holds_so_batches_never_queue.
 JobKeysTaken = text("""

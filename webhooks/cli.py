@@ -434,8 +434,11 @@ def _list_events(engine: Engine, spec: Any, limit: int) -> tuple[list[Any], bool
 def show(provider: str, event_id: str, as_json: bool) -> None:
     """One event: payload, job, effects (ledger, subscription, emails), duplicates."""
     settings = local_settings()
+    from shared import hooks
     from shared.events import show_event
     from webhooks import tables
+
+    hooks.load(settings.handler_modules)  # the effects hooks: built-in and yours
 
     def read() -> Any:
         with _engine(settings).connect() as conn:

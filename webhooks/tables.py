@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from shared.events import EventDetail, EventRow
+from shared.hooks import Section
 from shared.terminal import visible
 
 EVENT_COLUMNS = ("status", "attempts", "age", "provider", "type", "event id", "last error")
@@ -94,8 +95,15 @@ def cut(text: str, width: int) -> str:
 
 
 def detail_json(detail: EventDetail) -> str:
-    # Its fields, not asdict(): that copies the payload recursively, level by level.
-    return to_json({field.name: getattr(detail, field.name) for field in fields(detail)})
+    """Its fields (not asdict(): that copies the payload recursively, level by level), each
+    effect section under its own key, before the emails."""
+    shown: dict[str, Any] = {}
+    for field in fields(detail):
+        if field.name == "effects":
+            shown.update((section.key, section.value()) for section in detail.effects)
+        else:
+            shown[field.name] = getattr(detail, field.name)
+    return to_json(shown)
 
 
 def detail_text(detail: EventDetail) -> str:
@@ -104,12 +112,9 @@ def detail_text(detail: EventDetail) -> str:
     lines = [f"event         {event['provider']} {event['event_id']} ({event['event_type']})",
              f"received      {_time(event['received_at'])}; duplicates: {detail.duplicates}"]
     lines += _job_lines(job)
-    lines.append("ledger        " + ("none" if not detail.ledger_entries else ""))
-    for entry in detail.ledger_entries:
-        lines.append(f"  {entry['amount']:+d} {entry['currency']} {entry['customer_id']}  "
-                     f"{entry['kind']} {entry['reference']}  ({entry['entry_key']})")
-    lines.append("subscription  " + _subscription(detail.subscription))
-    lines.append("emails        " + ("none" if not detail.emails else ""))
+    for section in detail.effects:
+        lines += _section_lines(section)
+    lines.append(_label("emails") + ("none" if not detail.emails else ""))
     for email in detail.emails:
         postmark = f"Postmark {email['message_id']}" if email["message_id"] else "not sent"
         error = f"; last error: {one_line(email['last_error'])}" if email["last_error"] else ""
@@ -137,12 +142,22 @@ def _job_lines(job: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def _subscription(subscription: dict[str, Any] | None) -> str:
-    if subscription is None:
-        return "none"
-    return (f"{subscription['subscription_id']} of {subscription['customer_id']}: "
-            f"{subscription['status']} (last event {subscription['last_event_id']}, "
-            f"updated {_time(subscription['updated_at'])})")
+LABEL_WIDTH = 14  # "subscription  ": the labels' column
+
+
+def _label(name: str) -> str:
+    return f"{name:<{LABEL_WIDTH - 2}}  "
+
+
+def _section_lines(section: Section) -> list[str]:
+    """A single-row section on its label's line ("none" without it); rows of the others
+    one a line under it."""
+    rows = [section.text.format(**{name: _time(value) if isinstance(value, datetime) else value
+                                   for name, value in row.items()})
+            for row in section.rows]
+    if section.single:
+        return [_label(section.label) + (rows[0] if rows else "none")]
+    return [_label(section.label) + ("" if rows else "none"), *(f"  {row}" for row in rows)]
 
 
 def _time(value: datetime | None) -> str:

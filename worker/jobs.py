@@ -14,14 +14,17 @@ as its rollback. Handlers may not have effects outside the database (see worker.
 so running one twice this way is invisible.
 
 Locks: a batch holds the business rows of all its jobs until it commits. It first takes
-(with advisory try-locks, never waiting) the customer, or else the object id, of each job's
-data.object, and leaves for a later claim the jobs whose key another open batch holds: two
-batches never queue on one account. It runs its jobs sorted by the customer, currency and
-id of data.object (what the reference handlers lock), so that batches take any other rows
-in one global order; a handler that locks something else can still deadlock, and Postgres
-then aborts one batch, whose jobs run one at a time. A batch also stops taking new jobs
-after BATCH_SECONDS, and claims only as many as it can apply in that time (Pace), so slow
-handlers neither keep locks long nor keep claimed jobs from idle workers.
+(with advisory try-locks, never waiting) the key of each job, as its provider's lock key
+hook (shared.hooks.lock_key) gives it from the payload, and leaves for a later claim the
+jobs whose key another open batch holds: two batches never queue on one key (the reference
+app's: a customer's account). It runs its jobs sorted by their lock keys' order (the
+reference app's: the customer, currency and id of data.object, what its handlers lock),
+then by id, so that batches take any other rows in one global order; a handler that locks
+something else can still deadlock, and Postgres then aborts one batch, whose jobs run one
+at a time. A provider without a lock key: its jobs take no try-lock and run in id order.
+A batch also stops taking new jobs after BATCH_SECONDS, and claims only as many as it can
+apply in that time (Pace), so slow handlers neither keep locks long nor keep claimed jobs
+from idle workers.
 
 A wake-up message (worker/actors.py) runs `on_wakeup`: batch after batch while they apply
 jobs, then the wake-ups the committed batches ask for (their emails, their retries).
@@ -40,7 +43,7 @@ import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, metrics, payloads, queries, tracing, wakeups
+from shared import db, hooks, metrics, payloads, queries, tracing, wakeups
 from shared.errors import DatabaseUnavailable, PermanentJobError, describe
 from shared.queries import ClaimedJob
 from shared.settings import Settings
@@ -176,34 +179,24 @@ def _claim(conn: Connection, statement: sa.TextClause,
     return [row._replace(payload=payloads.load(row.payload)) for row in rows]
 
 
-def _lock_order(row: ClaimedJob) -> tuple[str, str, str, int]:
-    """The order in which a batch runs its jobs: by the customer, currency and id of the
-    event's data.object (the account, and the subscription, invoice or charge rows the
-    reference handlers lock), then by job id."""
-    data = row.payload.get("data") if isinstance(row.payload, dict) else None
-    obj = data.get("object") if isinstance(data, dict) else None
-    if not isinstance(obj, dict):
-        return ("", "", "", row.id)
-    return (str(obj.get("customer") or ""), str(obj.get("currency") or "").lower(),
-            str(obj.get("id") or ""), row.id)
+def _lock_key(row: ClaimedJob) -> hooks.LockKey:
+    """The job's lock key, as its provider's hook gives it; none: no key, first in order."""
+    return hooks.lock_key_of(row.provider, row.payload) or hooks.LockKey("")
 
 
 def _runnable(conn: Connection, rows: Sequence[ClaimedJob]) -> list[ClaimedJob]:
-    """The claimed jobs in lock order, less those whose customer (or object) another
-    batch holds; this batch now holds the keys of the rest. A batch does not wait for
-    another's commit, which under load chained batches into convoys (the latency this
-    cost: benchmarks/results/README.md). The others stay pending, for a later
-    claim."""
-    orders = {row.id: _lock_order(row) for row in rows}
-    ordered = sorted(rows, key=lambda row: orders[row.id])
-    keys = {job_id: customer or object_id
-            for job_id, (customer, _, object_id, _) in orders.items()}
-    wanted = sorted({key for key in keys.values() if key})
+    """The claimed jobs in lock order (then by id), less those whose key another batch
+    holds; this batch now holds the keys of the rest. A batch does not wait for another's
+    commit, which under load chained batches into convoys (the latency this cost:
+    benchmarks/results/README.md). The others stay pending, for a later claim."""
+    locks = {row.id: _lock_key(row) for row in rows}
+    ordered = sorted(rows, key=lambda row: (locks[row.id].sort_key(), row.id))
+    wanted = sorted({lock.key for lock in locks.values() if lock.key})
     if not wanted:
         return ordered
     taken = set(db.fetch_scalars_in(conn, queries.JobKeysTaken, {
         "keys": wanted, "space": queries.JOB_KEY_LOCK_SPACE}))
-    return [row for row in ordered if not keys[row.id] or keys[row.id] in taken]
+    return [row for row in ordered if not locks[row.id].key or locks[row.id].key in taken]
 
 
 def _context(conn: Connection, settings: Settings, row: ClaimedJob) -> handlers.JobContext:

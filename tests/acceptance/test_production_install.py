@@ -84,7 +84,7 @@ def test_every_package_of_the_source_is_installed(installed: Path, tmp_path: Pat
     package left out of pyproject's list would fail only when its code first runs)."""
     packages = sorted(
         ".".join(init.parent.relative_to(ROOT).parts)
-        for top in ("webhooks", "ingest", "worker", "clock", "console", "shared")
+        for top in ("webhooks", "ingest", "worker", "clock", "console", "shared", "ledger")
         for init in (ROOT / top).rglob("__init__.py"))
     result = run(installed, "python -c 'import importlib, sys; "
                  "[importlib.import_module(name) for name in sys.argv[1:]]' "

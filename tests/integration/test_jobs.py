@@ -10,12 +10,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from ledger.handlers import AccountLock
 from shared import queries
 from shared.settings import Settings
 from tests import factories
 from worker import handlers, jobs, retries
 from worker.handlers import JobContext
-from worker.handlers.stripe import AccountLock
 
 
 def scalar(engine: Engine, sql: str, **params: object) -> object:

@@ -18,6 +18,13 @@ or PermanentJobError to fail the job at once. Return a short outcome string, or 
 
 Your handler modules are imported by the workers when named in WEBHOOK_HANDLERS
 (comma-separated module paths) or in the `webhooks.handlers` entry-point group.
+
+Beside its handlers an app registers, in the same way, the hooks of shared.hooks
+(re-exported here): `lock_key` (the order a batch runs a provider's jobs in, and what
+it try-locks), `effects` (what `webhooks show` and the console show of an event) and
+`audit_check` (what `webhooks audit` checks). The console and `webhooks show` import the
+same modules, so hooks kept in a module of their own that imports only shared/ keep
+worker/ out of them (the reference app: ledger/hooks.py, and ledger/handlers.py).
 """
 
 from __future__ import annotations
@@ -26,20 +33,30 @@ import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any
 
 from sqlalchemy import TextClause
 from sqlalchemy.engine import Connection
 
-from shared import db, queries, tracing
+from shared import db, hooks, queries, tracing
+from shared.hooks import (
+    Column,
+    Event,
+    Finding,
+    LockKey,
+    Section,
+    audit_check,
+    effects,
+    lock_key,
+)
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[["JobContext"], "str | None"]
 _registry: dict[tuple[str, str], Handler] = {}
-BUILTIN_MODULES = ("worker.handlers.stripe",)
+__all__ = ["Column", "Event", "Finding", "JobContext", "LockKey", "Section", "audit_check",
+           "effects", "find", "handler", "load", "lock_key", "registered"]
 
 
 @dataclass
@@ -100,9 +117,8 @@ def registered(provider: str, event_type: str) -> bool:
 
 
 def load(settings: Settings) -> None:
-    """Import the built-in handlers, WEBHOOK_HANDLERS modules and entry points."""
-    for module in (*BUILTIN_MODULES, *settings.handler_modules):
+    """Import the built-in handlers and hooks, WEBHOOK_HANDLERS modules and entry points."""
+    for module in hooks.BUILTIN_HANDLER_MODULES:
         importlib.import_module(module)
-    for entry in entry_points(group="webhooks.handlers"):
-        entry.load()
+    hooks.load(settings.handler_modules)
     log.debug("handlers loaded: %d", len(_registry))

@@ -1,4 +1,4 @@
-"""Email content: subject, plain text and HTML for each kind the reference handlers queue."""
+"""Email content: subject, plain text and HTML for each kind the ledger's handlers queue."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""Reference business logic for Stripe, registered through the public handler API, with
-its own SQL (the statements below carry its guarantees; each says why it is safe).
+"""The ledger's handlers for Stripe, registered through the public handler API, with their
+own SQL (the statements below carry the ledger's guarantees; each says why it is safe).
 
 Money is in integer minor units; accounts are per (customer, currency). Every handler
 locks the customer's account row first (AccountLock, or LedgerBook's first step), so
-transactions that touch the same money queue behind each other instead of deadlocking.
+transactions that touch the same money queue behind each other instead of deadlocking;
+the lock key in ledger/hooks.py runs a batch's jobs in that order.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any
 
 from sqlalchemy import text
 
+from ledger import emails
+from ledger import hooks as _hooks  # noqa: F401  (its lock key, effects, audit checks)
 from shared.errors import WebhooksError
-from worker import emails
 from worker.handlers import JobContext, handler
 
 # Locks the account row first (ON CONFLICT DO UPDATE takes the row lock), so every
