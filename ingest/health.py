@@ -80,8 +80,8 @@ def _read_gauges(conn: sa.Connection) -> None:
     the exact counts, which run only while the tables are small (shared/queries.py)."""
     jobs_due = conn.execute(queries.JobCountDue).scalar_one()
     emails_due = conn.execute(queries.OutboxCountDue).scalar_one()
-    reconciliation = conn.execute(queries.ReconcileState).all()
-    paused = set(conn.execute(queries.ProvidersPaused).scalars())
+    reconciliation = conn.execute(queries.ReconcileRunState).all()
+    paused = set(conn.execute(queries.ProviderListPaused).scalars())
     rows = {row.relname: float(row.reltuples)
             for row in conn.execute(queries.MetricsTableEstimates)}
     job_counts = _job_counts(conn, rows.get("jobs", -1.0))
@@ -127,8 +127,8 @@ def _job_counts(conn: sa.Connection, estimated_rows: float) -> dict[tuple[str, s
 
 def _email_counts(conn: sa.Connection, estimated_rows: float) -> dict[str, int]:
     if estimated_rows < EXACT_BELOW_ROWS:  # includes -1: never analyzed
-        return {row.status: int(row.n) for row in conn.execute(queries.MetricsEmailsAll)}
-    counts = {str(queries.EMAIL_PENDING): conn.execute(queries.MetricsEmailsPending).scalar_one(),
-              str(queries.EMAIL_FAILED): conn.execute(queries.MetricsEmailsFailed).scalar_one()}
+        return {row.status: int(row.n) for row in conn.execute(queries.MetricsOutboxAll)}
+    counts = {str(queries.EMAIL_PENDING): conn.execute(queries.MetricsOutboxPending).scalar_one(),
+              str(queries.EMAIL_FAILED): conn.execute(queries.MetricsOutboxFailed).scalar_one()}
     counts[str(queries.SENT)] = max(round(estimated_rows) - sum(counts.values()), 0)
     return counts

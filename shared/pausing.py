@@ -33,4 +33,4 @@ def resume(engine: Engine, provider: str) -> int | None:
 
 def paused(conn: Connection) -> dict[str, datetime]:
     """The paused providers and since when."""
-    return {row.provider: row.paused_at for row in conn.execute(queries.ProvidersPaused)}
+    return {row.provider: row.paused_at for row in conn.execute(queries.ProviderListPaused)}

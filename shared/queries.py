@@ -50,7 +50,7 @@ EventJobInsert = text("""
 # answered with its job's status: one statement. The event it repeats is the one of its
 # id, or else the one of its body (a re-sent body under a new id).
 # Proven by: test_ingest.py::test_duplicate_answers_job_status_and_is_counted.
-DuplicateCounted = text("""
+DuplicateCount = text("""
     WITH original AS (
         SELECT event_id FROM webhook_events WHERE provider = :provider AND event_id = :event_id
         UNION ALL
@@ -214,11 +214,11 @@ MetricsOldestDue = text(f"""
 
 # Pending and failed emails through their partial indexes. All three exactly in one scan
 # while the table is small; beyond, these two and sent estimated.
-MetricsEmailsAll = text("SELECT status, count(*) AS n FROM outbox GROUP BY status")
-MetricsEmailsPending = text(f"""
+MetricsOutboxAll = text("SELECT status, count(*) AS n FROM outbox GROUP BY status")
+MetricsOutboxPending = text(f"""
     SELECT count(*) FROM outbox WHERE status = '{EMAIL_PENDING}'
 """)
-MetricsEmailsFailed = text(f"""
+MetricsOutboxFailed = text(f"""
     SELECT count(*) FROM outbox WHERE status = '{EMAIL_FAILED}'
 """)
 
@@ -235,7 +235,7 @@ ProviderResume = text("""
     DELETE FROM paused_providers WHERE provider = :provider RETURNING paused_at
 """)
 
-ProvidersPaused = text("SELECT provider, paused_at FROM paused_providers ORDER BY provider")
+ProviderListPaused = text("SELECT provider, paused_at FROM paused_providers ORDER BY provider")
 
 # A resumed provider's due jobs, oldest first: the wake-ups to send after a resume.
 JobCountDueOf = text(f"""
@@ -247,7 +247,7 @@ JobCountDueOf = text(f"""
 # Proven by (with JobReplay):
 # test_cli.py::test_replay_refuses_done_jobs_and_changes_nothing,
 # test_console.py::test_replay_refuses_a_done_job_and_changes_nothing.
-JobStatusesLocked = text("""
+JobLockStatuses = text("""
     SELECT id, status FROM jobs WHERE id = ANY(:ids) ORDER BY id FOR UPDATE
 """)
 
@@ -255,7 +255,7 @@ JobStatusesLocked = text("""
 # matches everything), locked.
 # Proven by: test_cli.py::test_replay_all_with_filters_and_dry_run,
 # test_console.py::test_replay_all_says_how_many_then_moves_exactly_the_filtered_failed_jobs.
-JobFailedMatching = text(f"""
+JobListFailedMatching = text(f"""
     SELECT id FROM jobs
     WHERE status = '{FAILED}'
       AND (CAST(:provider AS text) IS NULL OR provider = :provider)
@@ -293,18 +293,18 @@ EventDeleteFinished = text(f"""
 # Which of a page of the provider's event ids are recorded already (read-only: the record
 # itself goes through EventJobInsert, whose ON CONFLICT is what makes it safe).
 # Proven by: test_reconcile.py::test_stripe_records_what_was_never_delivered_once.
-EventIdsRecorded = text("""
+EventListRecorded = text("""
     SELECT event_id FROM webhook_events
     WHERE provider = :provider AND event_id = ANY(CAST(:event_ids AS text[]))
 """)
 
-ReconcileRunStarted = text("""
+ReconcileRunStart = text("""
     INSERT INTO reconcile_runs (provider, last_started_at) VALUES (:provider, now())
     ON CONFLICT (provider) DO UPDATE SET last_started_at = now()
     RETURNING last_success_at
 """)
 
-ReconcileRunFinished = text("""
+ReconcileRunFinish = text("""
     UPDATE reconcile_runs
     SET last_success_at = CASE WHEN CAST(:error AS text) IS NULL
                                THEN last_started_at ELSE last_success_at END,
@@ -316,7 +316,7 @@ ReconcileRunFinished = text("""
 
 # For /metrics: per provider, the runs, their failures, the last success, and the events
 # that only reconciliation found (the partial index ix_webhook_events_reconciled).
-ReconcileState = text(f"""
+ReconcileRunState = text(f"""
     SELECT r.provider, r.runs, r.failures,
            extract(epoch FROM r.last_success_at) AS last_success,
            (SELECT count(*) FROM webhook_events e

@@ -64,7 +64,7 @@ def _record(engine: Engine, provider: str, event_id: str, event_type: str,
             "received_via": str(via), "trace_context": trace_context})
         if job is not None:
             return Recorded(job_id=job[0], duplicate=False, status=job[1])
-        existing = db.fetch_one(engine, queries.DuplicateCounted, key)
+        existing = db.fetch_one(engine, queries.DuplicateCount, key)
     except (sa.exc.DataError, UnicodeDecodeError):
         # JSON that Python accepts but jsonb refuses (\u0000, lone surrogates, NaN).
         raise InvalidPayload("body is not JSON that Postgres can store") from None

@@ -40,11 +40,11 @@ class ReplayPlan:
 def plan(conn: Connection, spec: ReplayFilter) -> ReplayPlan:
     """The failed jobs to replay, locked FOR UPDATE; refuses done or unknown named jobs."""
     if not spec.job_ids:
-        ids = conn.execute(queries.JobFailedMatching, {
+        ids = conn.execute(queries.JobListFailedMatching, {
             "provider": spec.provider, "event_type": spec.event_type, "since": spec.since,
         }).scalars().all()
         return ReplayPlan(job_ids=list(ids))
-    rows = conn.execute(queries.JobStatusesLocked, {"ids": list(spec.job_ids)}).all()
+    rows = conn.execute(queries.JobLockStatuses, {"ids": list(spec.job_ids)}).all()
     found = {row.id: JobStatus(row.status) for row in rows}
     missing = sorted(set(spec.job_ids) - set(found))
     if missing:

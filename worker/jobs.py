@@ -199,7 +199,7 @@ def _runnable(conn: Connection, rows: Sequence[ClaimedJob]) -> list[ClaimedJob]:
     return [row for row in ordered if not locks[row.id].key or locks[row.id].key in taken]
 
 
-def _context(conn: Connection, settings: Settings, row: ClaimedJob) -> handlers.JobContext:
+def _job_context(conn: Connection, settings: Settings, row: ClaimedJob) -> handlers.JobContext:
     return handlers.JobContext(
         conn=conn, settings=settings, job_id=row.id, provider=row.provider,
         event_id=row.event_id, event_type=row.event_type, payload=row.payload,
@@ -215,7 +215,7 @@ def _run_handler(conn: Connection, settings: Settings, row: ClaimedJob) -> _Appl
             "webhooks.attempt": row.attempts + 1}) as span:
         if isinstance(row.payload, payloads.Unloadable):
             raise PermanentJobError(f"the stored payload cannot be loaded: {row.payload.reason}")
-        ctx = _context(conn, settings, row)
+        ctx = _job_context(conn, settings, row)
         function = handlers.find(row.provider, row.event_type)
         outcome = function(ctx) if function else "no handler"
         applied = _Applied(row, (outcome or "done")[:200], ctx.emails_queued)
@@ -279,14 +279,14 @@ def _apply(
 ) -> _Applied | None:
     """One job in its own transaction: the handler in a savepoint, so that a failed attempt
     is rolled back and recorded (retry or failed) in the same transaction."""
-    context = {"job_id": row.id, "provider": row.provider, "event_id": row.event_id}
+    log_fields = {"job_id": row.id, "provider": row.provider, "event_id": row.event_id}
     savepoint = conn.begin_nested()
     try:
         applied = _run_handler(conn, settings, row)
         savepoint.commit()
     except Exception as error:
         savepoint.rollback()
-        _after_error(conn, settings, row, error, result, context)
+        _after_error(conn, settings, row, error, result, log_fields)
         return None
     _mark_done(conn, [applied])
     return applied
@@ -294,14 +294,14 @@ def _apply(
 
 def _after_error(
     conn: Connection, settings: Settings, row: ClaimedJob, error: Exception, result: BatchResult,
-    context: dict[str, Any],
+    log_fields: dict[str, Any],
 ) -> None:
     if db.is_unavailable(error):
         raise error  # the connection is gone: the whole transaction is lost anyway
     if db.is_retryable(error):
         # A deadlock or serialization failure says nothing about the event: leave the job
         # pending, untouched, and run it again right after this transaction commits.
-        log.warning("job deferred after lock conflict", extra=context)
+        log.warning("job deferred after lock conflict", extra=log_fields)
         result.deferred.append(row.id)
         return
     message = describe(error)
@@ -311,14 +311,15 @@ def _after_error(
         _mark(conn, queries.JobMarkFailed, {"id": row.id, "error": message})
         result.failed += 1
         metrics.jobs_failed.inc()
-        log.error("job failed", extra={**context, "attempts": attempts, "error": message})
+        log.error("job failed", extra={**log_fields, "attempts": attempts, "error": message})
         return
     delay = policy.delay(attempts)
     _mark(conn, queries.JobMarkRetry, {"id": row.id, "error": message, "delay": delay})
     result.retried.append((row.id, delay))
     metrics.jobs_retried.inc()
     log.warning("job attempt failed, will retry",
-                extra={**context, "attempts": attempts, "delay": round(delay, 2), "error": message})
+                extra={**log_fields, "attempts": attempts, "delay": round(delay, 2),
+                       "error": message})
 
 
 def _mark(conn: Connection, statement: sa.TextClause, params: dict[str, Any]) -> None:

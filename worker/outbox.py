@@ -156,7 +156,7 @@ def _search(sender: Sender, row: ClaimedEmail, policy: retries.Retries) -> Outco
     except EmailOutcomeUnknown as error:
         return error  # without an answer we must not send
     if message_id is not None:
-        log.info("email found already sent", extra={**_context(row), "message_id": message_id})
+        log.info("email found already sent", extra={**_log_fields(row), "message_id": message_id})
         return Sent(message_id)
     if row.attempts > policy.max_attempts:
         # Only after a crash during the last attempt: it was not sent, and no tries remain.
@@ -187,7 +187,7 @@ def _record(engine: Engine, settings: Settings, rows: Sequence[ClaimedEmail],
                 change = _mark(conn, policy, row, outcome)
             if change is None:
                 log.warning("outbox row re-claimed by another dispatcher; outcome dropped",
-                            extra=_context(row))
+                            extra=_log_fields(row))
             else:
                 changes.append((row, *change))
     for row, status, params in changes:
@@ -233,26 +233,26 @@ def _mark(conn: Connection, policy: retries.Retries, row: ClaimedEmail,
 
 def _report(row: ClaimedEmail, status: str, params: dict[str, Any],
             result: DispatchResult) -> None:
-    context = {**_context(row), "attempts": row.attempts}
+    log_fields = {**_log_fields(row), "attempts": row.attempts}
     if status == "sent":
         result.sent += 1
         metrics.outbox_sent.inc()
-        log.info("email sent", extra={**context, "message_id": params["message_id"]})
+        log.info("email sent", extra={**log_fields, "message_id": params["message_id"]})
     elif status == "failed":
         result.failed += 1
         metrics.outbox_failed.inc()
-        log.error("email failed", extra={**context, "error": params["error"]})
+        log.error("email failed", extra={**log_fields, "error": params["error"]})
     elif status == "retried":
         result.retried += 1
         log.warning("email attempt failed, will retry",
-                    extra={**context, "delay": round(params["delay"], 2),
+                    extra={**log_fields, "delay": round(params["delay"], 2),
                            "error": params["error"]})
     else:
         result.more = True  # due again right now
-        log.info("email not attempted in time, released", extra=context)
+        log.info("email not attempted in time, released", extra=log_fields)
 
 
-def _context(row: ClaimedEmail) -> dict[str, Any]:
+def _log_fields(row: ClaimedEmail) -> dict[str, Any]:
     return {"idempotency_key": row.idempotency_key, "outbox_id": row.id, "kind": row.kind,
             "provider": row.provider, "event_id": row.event_id}
 

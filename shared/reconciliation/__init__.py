@@ -171,7 +171,7 @@ def _recorded(engine: Engine, provider: str, event_ids: Sequence[str]) -> set[st
         return found
     with db.transaction(engine) as conn:
         for start in range(0, len(event_ids), CHECK_BATCH):
-            found.update(db.fetch_scalars_in(conn, queries.EventIdsRecorded, {
+            found.update(db.fetch_scalars_in(conn, queries.EventListRecorded, {
                 "provider": provider, "event_ids": list(event_ids[start:start + CHECK_BATCH])}))
     return found
 
@@ -222,7 +222,7 @@ def since_for_clock(engine: Engine, provider: str) -> datetime:
     """Where the clock's run starts: the last successful run's start less MARGIN, or
     DEFAULT_LOOKBACK ago. Marks this run as started."""
     with db.transaction(engine) as conn:
-        row = conn.execute(queries.ReconcileRunStarted, {"provider": provider}).first()
+        row = conn.execute(queries.ReconcileRunStart, {"provider": provider}).first()
     last = row[0] if row else None
     if last is None:
         return datetime.now(UTC) - DEFAULT_LOOKBACK
@@ -232,6 +232,6 @@ def since_for_clock(engine: Engine, provider: str) -> datetime:
 def record_run(engine: Engine, result: Result) -> None:
     """Store the run's outcome; a success moves the next run's start."""
     with db.transaction(engine) as conn:
-        conn.execute(queries.ReconcileRunFinished, {
+        conn.execute(queries.ReconcileRunFinish, {
             "provider": result.provider, "error": result.error, "listed": result.listed,
             "recorded": result.recorded})
