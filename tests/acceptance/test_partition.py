@@ -20,6 +20,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -231,13 +232,14 @@ class Hosts:
 
 
 @pytest.fixture()
-def hosts(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Hosts]:
+def hosts(request: pytest.FixtureRequest) -> Iterator[Hosts]:
     reason = _netns_available()
     if reason:
         pytest.skip(reason)
-    workdir = Path(tmp_path)
-    with namespace_link() as link:
-        running = Hosts(link, workdir)
+    # Its own folder, removed at the end (its logs are printed first if the test failed).
+    with tempfile.TemporaryDirectory(prefix="webhooks-partition-") as workdir, \
+            namespace_link() as link:
+        running = Hosts(link, Path(workdir))
         try:
             running.start()
             yield running
