@@ -54,6 +54,40 @@ def sqlalchemy_url(raw: str) -> str:
     return f"{scheme}://{login}{at}/{path}?{listed}" + (f"&{query}" if query else "")
 
 
+# A host cut off from the database (packets dropped, no reset: a partition, a dead NIC, a
+# frozen VM) must not hold its row locks and claimed jobs for long: SPEC.md "Partitions"
+# and guarantee 9 give it 30 s. TCP says nothing on its own: an idle connection stays
+# "established" forever and unacknowledged data is retransmitted for about 15 minutes.
+# Both ends probe instead. Keepalives: after KEEPALIVE_IDLE seconds of silence a probe,
+# then one every KEEPALIVE_INTERVAL seconds; TCP_USER_TIMEOUT: data or probes left
+# unacknowledged this long end the connection. Linux lets the user timeout decide once it
+# is set, so either way a dead peer is noticed within about USER_TIMEOUT_MS plus one probe
+# interval, whether the session was idle, running a statement (client_connection_check_
+# interval polls the socket) or sending results. Acknowledgements come from the peer's
+# kernel, not the application: a slow handler or a busy server never trips them.
+KEEPALIVE_IDLE = 5  # seconds
+KEEPALIVE_INTERVAL = 2  # seconds
+KEEPALIVE_COUNT = 3
+USER_TIMEOUT_MS = 10_000
+# What the server applies to our sessions. Sent as startup options on every direct
+# connection, and also set for the role in the database by migration 0010 (a pooler in
+# transaction mode drops startup options): keep the two in step
+# (tests/integration/test_db.py checks them). idle_in_transaction_session_timeout ends a
+# transaction left idle by a hung process (keepalives are answered by its kernel, so only
+# this notices it): a worker's transaction is its claim and its handlers' statements back
+# to back, closed within worker.jobs.BATCH_SECONDS plus one handler, far below it; it stays
+# under the 30 s a partition may cost others. client_connection_check_interval: a worker
+# killed with -9 mid-statement is noticed within 2 s even during a long statement.
+SERVER_SETTINGS = {
+    "tcp_keepalives_idle": str(KEEPALIVE_IDLE),
+    "tcp_keepalives_interval": str(KEEPALIVE_INTERVAL),
+    "tcp_keepalives_count": str(KEEPALIVE_COUNT),
+    "tcp_user_timeout": str(USER_TIMEOUT_MS),
+    "idle_in_transaction_session_timeout": "20000",
+    "client_connection_check_interval": "2000",
+}
+
+
 def create_engine(
     settings: Settings, *, pool_size: int = 5, url: str | None = None, autocommit: bool = False
 ) -> Engine:
@@ -73,18 +107,26 @@ def create_engine(
         # Errors name the statement, never its values: those are customer ids and emails,
         # and errors reach the logs at WARNING and ERROR.
         hide_parameters=True,
-        connect_args={
-            "connect_timeout": 3,
-            "application_name": "webhooks",
-            # A worker killed with -9 mid-statement: Postgres notices the dead client within
-            # 2 s even during a long statement, aborts its transaction and frees its locks.
-            # A transaction left idle by a hung process is ended after 5 minutes.
-            "options": "-c client_connection_check_interval=2000"
-            " -c idle_in_transaction_session_timeout=300000",
-        },
+        connect_args=connect_args(),
     )
     sa.event.listen(engine, "handle_error", _read_only_is_a_disconnect)
     return engine
+
+
+def connect_args() -> dict[str, Any]:
+    """libpq's connection parameters: this end's keepalives and user timeout (a process
+    cut off from the database gets an error, drops the connection and finds the server
+    again once it can, without a restart), and SERVER_SETTINGS as startup options."""
+    return {
+        "connect_timeout": 3,
+        "application_name": "webhooks",
+        "keepalives": 1,
+        "keepalives_idle": KEEPALIVE_IDLE,
+        "keepalives_interval": KEEPALIVE_INTERVAL,
+        "keepalives_count": KEEPALIVE_COUNT,
+        "tcp_user_timeout": USER_TIMEOUT_MS,
+        "options": " ".join(f"-c {name}={value}" for name, value in SERVER_SETTINGS.items()),
+    }
 
 
 def _read_only_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:

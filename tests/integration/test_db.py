@@ -59,3 +59,33 @@ def test_an_error_names_the_statement_never_its_values(clean_db: Engine,
         engine.dispose()
     assert "division by zero" in str(raised.value) and "SELECT CAST" in str(raised.value)
     assert "someone.private" not in str(raised.value)
+
+
+def test_the_server_settings_hold_without_startup_options(engine: Engine) -> None:
+    """Migration 0010 makes shared.db.SERVER_SETTINGS the role's defaults in the database: a
+    session that sends no startup options (through a pooler in transaction mode, which
+    drops them) still gets every one, so the server ends a cut-off client's sessions."""
+    # The test engine sends no options; it connects as the role the migrations ran as.
+    # pg_settings.setting is in the parameter's own unit, as SERVER_SETTINGS writes it.
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT name, setting, source FROM pg_settings "
+                                    "WHERE name = ANY(:names)"),
+                            {"names": list(db.SERVER_SETTINGS)}).all()
+    assert {row.name: (row.setting, row.source) for row in rows} == {
+        name: (value, "database user") for name, value in db.SERVER_SETTINGS.items()}
+
+
+def test_connections_probe_a_silent_server(settings: Settings) -> None:
+    """The engine's connections carry libpq keepalives and a user timeout, and the
+    server-side settings as startup options (direct connections)."""
+    engine = db.create_engine(settings, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            info = conn.connection.driver_connection.info  # type: ignore[union-attr]
+            params = info.get_parameters()
+            assert params["keepalives"] == "1"
+            assert params["tcp_user_timeout"] == str(db.USER_TIMEOUT_MS)
+            assert conn.execute(sa.text("SHOW tcp_keepalives_idle")).scalar_one() == str(
+                db.KEEPALIVE_IDLE)
+    finally:
+        engine.dispose()
