@@ -3,7 +3,8 @@ environment variables (shared.settings, console.settings), between the markers
 `<!-- generated: NAME -->` and `<!-- end generated -->`.
 
 `python -m webhooks.readme` rewrites them; `--check` exits 1 naming each table that
-differs from its declarations (tests/unit/test_readme_tables.py runs it in CI).
+differs from its declarations (.ci/run runs it; tests/unit/test_declarations.py checks
+the same).
 """
 
 from __future__ import annotations
