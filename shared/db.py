@@ -16,7 +16,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 
 from shared.errors import DatabaseUnavailable
-from shared.settings import Settings
+from shared.settings import Settings, database_hosts
 
 T = TypeVar("T")
 Row = TypeVar("Row")
@@ -42,16 +42,13 @@ def sqlalchemy_url(raw: str) -> str:
     (`postgresql://u:p@db1:5432,db2:5432/app?target_session_attrs=read-write`) become
     `host=` parameters, which psycopg hands back to libpq as its host list: every new
     connection goes to whichever host target_session_attrs accepts (the primary)."""
-    scheme, _, rest = raw.partition("://")
-    if scheme in ("postgres", "postgresql"):
-        scheme = "postgresql+psycopg"
-    netloc, _, tail = rest.partition("/")
-    login, at, hosts = netloc.rpartition("@")
-    if "," not in hosts:
-        return f"{scheme}://{rest}"
+    written, login, hosts, tail = database_hosts(raw)
+    scheme = "postgresql+psycopg" if written in ("postgres", "postgresql") else written
+    if len(hosts) < 2:
+        return scheme + raw[len(written):]
     path, _, query = tail.partition("?")
-    listed = "&".join(f"host={quote(host, safe=':[]')}" for host in hosts.split(",") if host)
-    return f"{scheme}://{login}{at}/{path}?{listed}" + (f"&{query}" if query else "")
+    listed = "&".join(f"host={quote(host, safe=':[]')}" for host in hosts if host)
+    return f"{scheme}://{login}/{path}?{listed}" + (f"&{query}" if query else "")
 
 
 # A host cut off from the database (packets dropped, no reset: a partition, a dead NIC, a

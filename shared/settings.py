@@ -27,15 +27,23 @@ DEPLOY, RECONCILE, INGRESS, OBSERVE = (Section.DEPLOY, Section.RECONCILIATION, S
                                       Section.OBSERVABILITY)
 
 
-def _database_url(raw: str) -> str:
-    """One host, or several as libpq writes them (`db1:5432,db2:5432`), each checked."""
-    raw = raw.strip()
+def database_hosts(raw: str) -> tuple[str, str, list[str], str]:
+    """A database URL's parts around its hosts, one or several as libpq writes them
+    (`scheme://login@db1:5432,db2:5432/tail`): the scheme, the login with its "@" (or
+    ""), the hosts, and what follows the first "/" (database and parameters)."""
     scheme, _, rest = raw.partition("://")
     netloc, _, tail = rest.partition("/")
     login, at, hosts = netloc.rpartition("@")
-    for host in hosts.split(",")[1:]:
+    return scheme, login + at, hosts.split(","), tail
+
+
+def _database_url(raw: str) -> str:
+    """One host, or several as libpq writes them (`db1:5432,db2:5432`), each checked."""
+    raw = raw.strip()
+    scheme, login, hosts, tail = database_hosts(raw)
+    for host in hosts[1:]:
         v.split_url(f"{scheme}://{host}/")
-    parts = v.split_url(f"{scheme}://{login}{at}{hosts.split(',')[0]}/{tail}")
+    parts = v.split_url(f"{scheme}://{login}{hosts[0]}/{tail}")
     if parts.scheme not in DATABASE_SCHEMES:
         raise ValueError(f"scheme must be postgresql://, not {parts.scheme!r}")
     if not parts.path.strip("/") and "host=" not in parts.query:

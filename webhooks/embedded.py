@@ -259,9 +259,5 @@ def _alive(pid: int) -> bool:
 def _signal_and_wait(pid: int, signum: int, timeout: float) -> None:
     os.kill(pid, signum)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
+    while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.1)
