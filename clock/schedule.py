@@ -65,9 +65,9 @@ def reconcile(settings: Settings, engine: Engine, broker: dramatiq.Broker,
 
 
 def run(settings: Settings) -> None:
-    engine = db.create_engine(settings, pool_size=2)
+    engine = db.create_engine(settings, pool_size=2, local_commits=True)
     # record_event's engine: each statement its own transaction, committed at once.
-    recording = db.create_engine(settings, pool_size=1, autocommit=True)
+    recording = db.create_engine(settings, pool_size=1, autocommit=True, local_commits=True)
     broker = wakeups.create_broker(settings)
     scheduler = BlockingScheduler(timezone="UTC")
     scheduler.add_job(_safely(sweep), "interval", args=(engine, broker),

@@ -15,6 +15,7 @@ from psycopg.rows import class_row
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 
+from shared.deadlines import DEADLINES
 from shared.errors import DatabaseUnavailable
 from shared.settings import Settings, database_hosts
 
@@ -85,11 +86,26 @@ SERVER_SETTINGS = {
 }
 
 
+# The acknowledgement's statement (fetch_one) is cancelled past this: its answer, 503 then,
+# stays within the 10 s a provider's delivery may wait even when a synchronous standby
+# stops answering (shared/deadlines.py), with room for a connection and a cancel.
+ACKNOWLEDGE_DEADLINE_SECONDS = 5.0
+
+
 def create_engine(
-    settings: Settings, *, pool_size: int = 5, url: str | None = None, autocommit: bool = False
+    settings: Settings, *, pool_size: int = 5, url: str | None = None, autocommit: bool = False,
+    local_commits: bool = False,
 ) -> Engine:
     """An engine with our connection settings. autocommit: every statement is its own
-    transaction, committed before execute returns (the ingest's engine, for fetch_one)."""
+    transaction, committed before execute returns (the ingest's engine, for fetch_one).
+
+    local_commits: commits do not wait for a synchronous standby (synchronous_commit =
+    local), for the worker and the clock. What they write is derived again from the
+    events and jobs the ingest committed on the standby too: a failover that loses a
+    worker's commit loses a job's "done" with its effects, and the job runs again on the
+    new primary; a lost "sent" mark is searched for at Postmark before the email is sent
+    again (worker/outbox.py). The ingest, the console and the commands keep the server's
+    setting: an acknowledgement, a pause or a replay is not derived from anything."""
     # With autocommit no transaction outlives a statement: nothing to roll back when a
     # connection returns to the pool.
     options: dict[str, Any] = ({"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None}
@@ -104,16 +120,18 @@ def create_engine(
         # Errors name the statement, never its values: those are customer ids and emails,
         # and errors reach the logs at WARNING and ERROR.
         hide_parameters=True,
-        connect_args=connect_args(),
+        connect_args=connect_args(local_commits=local_commits),
     )
     sa.event.listen(engine, "handle_error", _read_only_is_a_disconnect)
+    sa.event.listen(engine, "connect", _hear_unreplicated_commits)
     return engine
 
 
-def connect_args() -> dict[str, Any]:
+def connect_args(*, local_commits: bool = False) -> dict[str, Any]:
     """libpq's connection parameters: this end's keepalives and user timeout (a process
     cut off from the database gets an error, drops the connection and finds the server
     again once it can, without a restart), and SERVER_SETTINGS as startup options."""
+    settings = {**SERVER_SETTINGS, **({"synchronous_commit": "local"} if local_commits else {})}
     return {
         "connect_timeout": 3,
         "application_name": "webhooks",
@@ -122,8 +140,28 @@ def connect_args() -> dict[str, Any]:
         "keepalives_interval": KEEPALIVE_INTERVAL,
         "keepalives_count": KEEPALIVE_COUNT,
         "tcp_user_timeout": USER_TIMEOUT_MS,
-        "options": " ".join(f"-c {name}={value}" for name, value in SERVER_SETTINGS.items()),
+        "options": " ".join(f"-c {name}={value}" for name, value in settings.items()),
     }
+
+
+# A commit whose wait for the synchronous standby was cancelled (by a client-side
+# deadline, pg_cancel_backend, or a server shutting down) is reported as committed, with
+# a WARNING only: "canceling wait for synchronous replication ..." (the server's own
+# English text; lc_messages set to another language changes it, but our own deadline's
+# cancel is caught without it). The commit is then local to the primary and a failover
+# may lose it.
+UNREPLICATED = "webhooks.unreplicated_commit"
+
+
+def _hear_unreplicated_commits(dbapi_connection: Any, record: Any) -> None:
+    info = record.info
+
+    def heard(diagnostic: psycopg.errors.Diagnostic) -> None:
+        if (diagnostic.severity_nonlocalized == "WARNING"
+                and "synchronous replication" in (diagnostic.message_primary or "")):
+            info[UNREPLICATED] = diagnostic.message_primary
+
+    dbapi_connection.add_notice_handler(heard)
 
 
 def _read_only_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:
@@ -151,6 +189,9 @@ def fetch_one(engine: Engine, statement: sa.TextClause,
 
     Errors come out as SQLAlchemy's would: a DBAPIError subclass, a connection the server
     dropped invalidated (connection_invalidated), and "no database" as DatabaseUnavailable.
+    So does a commit the synchronous standby may not have (its wait cancelled): the row
+    is on the primary only, and an acknowledgement must not stand on it. The statement is
+    cancelled past ACKNOWLEDGE_DEADLINE_SECONDS: that is DatabaseUnavailable too.
     """
     try:
         connection = engine.raw_connection()
@@ -162,12 +203,30 @@ def fetch_one(engine: Engine, statement: sa.TextClause,
         # engine's very first connect): no connection is "no database", every time.
         raise DatabaseUnavailable(str(error).splitlines()[0]) from error
     try:
-        if not connection.driver_connection.autocommit:  # type: ignore[union-attr]
+        driver = connection.driver_connection
+        if not driver.autocommit:  # type: ignore[union-attr]
             raise RuntimeError("fetch_one needs an engine created with autocommit=True")
-        return _run(engine.dialect, connection, statement, params, connection.invalidate,
-                    _first_row)
+        connection.info.pop(UNREPLICATED, None)
+        token = DEADLINES.arm(driver, ACKNOWLEDGE_DEADLINE_SECONDS)
+        try:
+            row = _run(engine.dialect, connection, statement, params, connection.invalidate,
+                       _first_row)
+        except BaseException as error:
+            if DEADLINES.disarm(token) and isinstance(error, sa.exc.DBAPIError):
+                raise DatabaseUnavailable(DEADLINE_PASSED) from error
+            raise
+        if DEADLINES.disarm(token):
+            raise DatabaseUnavailable(DEADLINE_PASSED)
+        if UNREPLICATED in connection.info:
+            raise DatabaseUnavailable(f"a commit the synchronous standby may not have: "
+                                      f"{connection.info[UNREPLICATED]}")
+        return row
     finally:
         connection.close()  # back to the pool
+
+
+DEADLINE_PASSED = (f"no answer within {ACKNOWLEDGE_DEADLINE_SECONDS:g} s: cancelled (a commit"
+                   " waiting for a synchronous standby stays on the primary only)")
 
 
 def fetch_in(conn: Connection, statement: sa.TextClause,

@@ -48,8 +48,12 @@ EventJobInsert = text("""
 
 # A duplicate is counted by appending a row (no hot counter row to contend on), and
 # answered with its job's status: one statement. The event it repeats is the one of its
-# id, or else the one of its body (a re-sent body under a new id).
-# Proven by: test_ingest.py::test_duplicate_answers_job_status_and_is_counted.
+# id, or else the one of its body (a re-sent body under a new id). Its write also makes
+# its commit wait for a synchronous standby, and the standby confirms WAL in order: so a
+# duplicate of an event whose own commit still waits (it is visible on the primary
+# already) is acknowledged only once the event is replicated too, or answered 503.
+# Proven by: test_ingest.py::test_duplicate_answers_job_status_and_is_counted,
+# test_synchronous_commit.py::test_a_commit_the_standby_never_confirms_is_answered_503_within_10_s.
 DuplicateCount = text("""
     WITH original AS (
         SELECT event_id FROM webhook_events WHERE provider = :provider AND event_id = :event_id

@@ -36,7 +36,7 @@ def engine() -> Engine:
     global _engine
     with _engine_lock:
         if _engine is None:
-            _engine = db.create_engine(settings, pool_size=8)
+            _engine = db.create_engine(settings, pool_size=8, local_commits=True)
         return _engine
 
 
