@@ -10,7 +10,7 @@ from logging.config import fileConfig
 import sqlalchemy as sa
 from alembic import context
 
-import ledger.tables  # noqa: F401  (the reference app's tables, on the same metadata)
+import webhooks.ledger.tables  # noqa: F401  (the reference app's tables, on the same metadata)
 from shared.db import database_url
 from shared.models import metadata
 from shared.settings import Settings

@@ -224,9 +224,9 @@ def _worker_concurrency(args: tuple[str, ...]) -> int:
 
 def _sweep_once(target: stack.Target) -> None:
     """What the clock does when it finds due jobs: enqueue wake-ups for them."""
-    from clock.sweep import sweep
     from shared import wakeups
     from shared.settings import Settings
+    from webhooks.clock.sweep import sweep
 
     settings = Settings.from_env(target.env)
     engine = target.engine()

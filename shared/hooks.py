@@ -19,7 +19,7 @@ take no try-lock. Effects and audit checks only read, on the connection they are
 Hooks are found as handlers are (`load`): the built-in modules, the modules named in
 WEBHOOK_HANDLERS and the `webhooks.handlers` entry points. The console and `webhooks show`
 import them too, so a module of hooks that imports only shared/ keeps worker/ out of them
-(as the reference app's `ledger.hooks` does); its handlers module imports it.
+(as the reference app's `webhooks.ledger.hooks` does); its handlers module imports it.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from sqlalchemy.engine import Connection
 log = logging.getLogger(__name__)
 
 # The reference Stripe app: its hooks (shared/ only) and its handlers (the worker's API).
-BUILTIN_HOOK_MODULES = ("ledger.hooks",)
-BUILTIN_HANDLER_MODULES = ("ledger.handlers",)
+BUILTIN_HOOK_MODULES = ("webhooks.ledger.hooks",)
+BUILTIN_HANDLER_MODULES = ("webhooks.ledger.handlers",)
 ENTRY_POINTS = "webhooks.handlers"
 
 

@@ -6,7 +6,7 @@
 - jobs UNIQUE (provider, event_id): one job per event.
 - outbox UNIQUE (idempotency_key): one email per key.
 
-Apps add their tables to the same `metadata` (the reference app's are in ledger/tables.py),
+Apps add their tables to the same `metadata` (the reference app's are in webhooks/ledger/tables.py),
 so that one migration history and `alembic check` cover them.
 
 The status vocabularies (JobStatus, EmailStatus) are defined here, with their state

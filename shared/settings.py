@@ -219,5 +219,5 @@ NO_EMBEDDED_SERVERS = "deployed processes never start an embedded server (only `
 
 
 def markdown_table(section: Section) -> str:
-    """The README's table of the section's variables (console's: console.settings)."""
+    """The README's table of the section's variables (the console's: webhooks.console.settings)."""
     return v.markdown_table(section, Settings)

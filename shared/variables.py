@@ -1,6 +1,6 @@
 """Environment variables, each declared once: its name, parser, default and one-line doc,
 where the settings object that holds it declares the field (shared.settings.Settings,
-console.settings.ConsoleSettings). The settings are read from these declarations and the
+webhooks.console.settings.ConsoleSettings). The settings are read from these declarations and the
 README's tables of variables are generated from them (`python -m webhooks.readme`).
 
 A parser takes the variable's text (never empty: unset or blank means the default) and

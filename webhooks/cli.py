@@ -203,8 +203,8 @@ def _serve_worker_metrics(settings: Settings) -> None:
 def clock() -> None:
     """Periodic tasks: sweeper (lost wake-ups, retries) and nightly retention."""
     settings = procfile_settings()
-    from clock.schedule import run
     from shared.logs import configure_logging
+    from webhooks.clock.schedule import run
 
     configure_logging(settings)
     run(settings)
@@ -217,7 +217,7 @@ def clock() -> None:
 def dev() -> None:
     """The whole system, with embedded Postgres and broker unless URLs are set."""
     settings = load_settings()
-    from console.settings import ConsoleSettings
+    from webhooks.console.settings import ConsoleSettings
 
     try:
         ConsoleSettings.from_env()  # the console it starts would stop at a bad one
@@ -461,8 +461,8 @@ def console(host: str | None) -> None:
     """The operator console on $CONSOLE_PORT (HTTP Basic auth: CONSOLE_USER and
     CONSOLE_PASSWORD)."""
     settings = procfile_settings()
-    from console.app import serve
-    from console.settings import ConsoleSettings
+    from webhooks.console.app import serve
+    from webhooks.console.settings import ConsoleSettings
 
     try:
         console_settings = ConsoleSettings.from_env()

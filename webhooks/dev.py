@@ -22,10 +22,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from console.settings import ConsoleSettings
 from shared.providers import PROVIDERS
 from shared.settings import Settings
 from webhooks import embedded
+from webhooks.console.settings import ConsoleSettings
 
 LOOPBACK = "127.0.0.1"
 CONSOLE_PORT = ConsoleSettings.port

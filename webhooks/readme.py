@@ -1,5 +1,5 @@
 """README.md's generated tables: the providers (shared.providers) and each section's
-environment variables (shared.settings, console.settings), between the markers
+environment variables (shared.settings, webhooks.console.settings), between the markers
 `<!-- generated: NAME -->` and `<!-- end generated -->`.
 
 `python -m webhooks.readme` rewrites them; `--check` exits 1 naming each table that
@@ -15,9 +15,9 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from console import settings as console_settings
 from shared import providers, settings
 from shared.variables import Section
+from webhooks.console import settings as console_settings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z ]+) -->\n)(?P<table>.*?)"

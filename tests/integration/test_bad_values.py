@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from console.settings import ConsoleSettings
 from shared import variables
 from shared.providers import PROVIDERS
 from shared.settings import Settings
+from webhooks.console.settings import ConsoleSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = ("web", "worker", "clock", "console", "migrate")

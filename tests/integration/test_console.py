@@ -19,7 +19,6 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 
-from console import ConsoleSettings, create_blueprint
 from shared import wakeups
 from shared.settings import Settings
 from tests import factories
@@ -33,6 +32,7 @@ from tests.console_helpers import (
     job,
     token_in,
 )
+from webhooks.console import ConsoleSettings, create_blueprint
 
 POST_FORM = re.compile(r'<form method="post"')
 
@@ -545,7 +545,7 @@ def test_a_csrf_token_is_no_cheap_offline_test_of_the_password(
 
     from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-    from console.auth import signing_key
+    from webhooks.console.auth import signing_key
 
     failed_event(clean_db)
     with make_app(clean_db, broker).test_client() as test_client:
@@ -583,8 +583,8 @@ def test_an_out_of_range_id_is_a_4xx_never_a_500(client: FlaskClient, clean_db: 
 
 def test_the_console_apps_own_answers_carry_the_headers_and_merge_no_slashes(
         settings: Settings) -> None:
-    from console.app import create_app
-    from console.blueprint import SECURITY_HEADERS
+    from webhooks.console.app import create_app
+    from webhooks.console.blueprint import SECURITY_HEADERS
 
     app = create_app(settings, ConsoleSettings(password=PASSWORD), threads=1)
     client = app.test_client()

@@ -10,10 +10,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ledger.handlers import AccountLock
 from shared import queries
 from shared.settings import Settings
 from tests import factories
+from webhooks.ledger.handlers import AccountLock
 from worker import handlers, jobs, retries
 from worker.handlers import JobContext
 

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from flask import Flask
 from sqlalchemy.engine import Engine
 
-from console import ConsoleSettings, create_blueprint
 from shared import db, hooks
 from shared.settings import Settings
 from tests import factories
 from tests.console_helpers import PASSWORD, basic
 from webhooks.cli import main
+from webhooks.console import ConsoleSettings, create_blueprint
 from worker import handlers, jobs
 
 

@@ -393,7 +393,7 @@ def test_an_event_postgres_cannot_store_is_named_skipped_and_the_run_recorded(  
         fake, recording, database_url) -> None:
     """A \\u0000 in an older event: the run records the events after it, fails naming it,
     and the clock records the failed run (the failing-reconciliation alert can fire)."""
-    from clock import schedule
+    from webhooks.clock import schedule
 
     settings = api_settings(fake, database_url)
     poison = _paddle_event(0)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from console import chart
+from webhooks.console import chart
 
 
 @pytest.mark.parametrize(("busiest", "top"), [(0, 1), (1, 1), (7, 8), (27, 30), (50, 50),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import click
 import pytest
 
-from console.settings import ConsoleSettings
 from shared import variables
 from shared.errors import ConfigError
 from shared.providers import PROVIDERS, RECONCILED
@@ -16,6 +15,7 @@ from shared.reconciliation import PROVIDERS as RECONCILED_BY_CLOCK
 from shared.settings import Settings
 from webhooks import readme
 from webhooks.cli import main
+from webhooks.console.settings import ConsoleSettings
 
 
 def test_the_readme_tables_are_the_declarations() -> None:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from ledger import hooks as ledger_hooks
 from shared import hooks
 from shared.payloads import Unloadable
 from webhooks import tables
+from webhooks.ledger import hooks as ledger_hooks
 
 
 def test_a_provider_without_a_lock_key_has_none() -> None:

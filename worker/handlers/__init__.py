@@ -24,7 +24,7 @@ Beside its handlers an app registers, in the same way, the hooks of shared.hooks
 it try-locks), `effects` (what `webhooks show` and the console show of an event) and
 `audit_check` (what `webhooks audit` checks). The console and `webhooks show` import the
 same modules, so hooks kept in a module of their own that imports only shared/ keep
-worker/ out of them (the reference app: ledger/hooks.py, and ledger/handlers.py).
+worker/ out of them (the reference app: webhooks/ledger/hooks.py, and webhooks/ledger/handlers.py).
 """
 
 from __future__ import annotations

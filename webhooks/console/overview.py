@@ -7,9 +7,9 @@ from datetime import UTC
 
 from flask import Blueprint, render_template
 
-from console import chart
-from console.state import reading
 from shared import events
+from webhooks.console import chart
+from webhooks.console.state import reading
 
 CHART_HOURS = 24
 

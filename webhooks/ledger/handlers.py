@@ -4,7 +4,7 @@ own SQL (the statements below carry the ledger's guarantees; each says why it is
 Money is in integer minor units; accounts are per (customer, currency). Every handler
 locks the customer's account row first (AccountLock, or LedgerBook's first step), so
 transactions that touch the same money queue behind each other instead of deadlocking;
-the lock key in ledger/hooks.py runs a batch's jobs in that order.
+the lock key in webhooks/ledger/hooks.py runs a batch's jobs in that order.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from ledger import emails
-from ledger import hooks as _hooks  # noqa: F401  (its lock key, effects, audit checks)
 from shared.errors import WebhooksError
+from webhooks.ledger import emails
+from webhooks.ledger import hooks as _hooks  # noqa: F401  (its lock key, effects, audit checks)
 from worker.handlers import JobContext, handler
 
 # Locks the account row first (ON CONFLICT DO UPDATE takes the row lock), so every

@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from flask import g
 from sqlalchemy.engine import Connection, Engine
 
-from console.auth import Guard
-from console.settings import ConsoleSettings
 from shared import db, wakeups
+from webhooks.console.auth import Guard
+from webhooks.console.settings import ConsoleSettings
 
 READ_TIMEOUT = "15s"  # a page's queries; a runaway search must not hold a connection
 

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from flask import Response, request
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-from console.settings import ConsoleSettings
+from webhooks.console.settings import ConsoleSettings
 
 log = logging.getLogger(__name__)
 

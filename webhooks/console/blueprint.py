@@ -1,14 +1,14 @@
 """The console as a Flask blueprint: mount it in any Flask app, under any url_prefix.
 
-    from console import ConsoleSettings, create_blueprint
+    from webhooks.console import ConsoleSettings, create_blueprint
     app.register_blueprint(
         create_blueprint(engine, ConsoleSettings(password=os.environ["CONSOLE_PASSWORD"])),
         url_prefix="/ops")
 
-Every request to it needs HTTP Basic auth; every POST a CSRF token (console.auth); with
-`readonly`, no button is rendered and every POST is refused (403). Pages: console.overview,
-console.events, console.emails. Nothing here holds state between requests but the engine
-and the broker it was given.
+Every request to it needs HTTP Basic auth; every POST a CSRF token (auth.py); with
+`readonly`, no button is rendered and every POST is refused (403). Pages: overview.py,
+events.py, emails.py. Nothing here holds state between requests but the engine and the
+broker it was given.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from sqlalchemy.engine import Engine
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
-from console import emails, events, overview
-from console.auth import TOKEN_FIELD, Guard, challenge, too_many_failures
-from console.settings import ConsoleSettings
-from console.state import Console
 from shared import hooks
 from shared.errors import DatabaseUnavailable
 from shared.events import MAX_ROW_ID
 from shared.models import EmailStatus, JobStatus
+from webhooks.console import emails, events, overview
+from webhooks.console.auth import TOKEN_FIELD, Guard, challenge, too_many_failures
+from webhooks.console.settings import ConsoleSettings
+from webhooks.console.state import Console
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The clock's schedule, on APScheduler:
 
-- sweep, every SWEEP_INTERVAL_SECONDS (clock/sweep.py);
+- sweep, every SWEEP_INTERVAL_SECONDS (webhooks/clock/sweep.py);
 - reconcile, every RECONCILE_INTERVAL_SECONDS, each provider with API credentials, from
   its last successful run (less a margin) or 72 hours back (shared/reconciliation);
 - prune, nightly: retention (shared/retention.py).
@@ -20,10 +20,10 @@ import dramatiq
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.engine import Engine
 
-from clock.sweep import sweep
 from shared import db, queries, reconciliation, retention, wakeups
 from shared.errors import describe
 from shared.settings import Settings
+from webhooks.clock.sweep import sweep
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ledger.tables import ledger_entries, subscriptions
 from shared.hooks import Column, Event, Finding, LockKey, Section, audit_check, effects, lock_key
 from shared.models import JobStatus
+from webhooks.ledger.tables import ledger_entries, subscriptions
 
 PROVIDER = "stripe"
 

@@ -12,14 +12,14 @@ from typing import Any
 
 from flask import Flask
 
-from console.blueprint import create_blueprint, secure
-from console.settings import ConsoleSettings
 from shared import db, wakeups, wsgi_server
 from shared.settings import Settings
+from webhooks.console.blueprint import create_blueprint, secure
+from webhooks.console.settings import ConsoleSettings
 
 THREADS = 4  # app threads, and the pool's connections
 MAX_FORM_BYTES = 64 * 1024  # the console's forms are a token and a few filters
-_APP = "console.app:_server_app"
+_APP = "webhooks.console.app:_server_app"
 # The settings `serve` was given, for the forked server process's _server_app.
 _serving: tuple[Settings, ConsoleSettings] | None = None
 
