@@ -126,11 +126,13 @@ def _server_os_user() -> str | None:
 
 class PrivatePostgres:
     def __init__(self, listen: tuple[str, ...] = ("127.0.0.1",),
-                 clients: tuple[str, ...] = ()) -> None:
+                 clients: tuple[str, ...] = (), settings: dict[str, str] | None = None,
+                 ) -> None:
         """listen: the addresses it listens on; clients: networks (CIDR) that may connect
-        besides loopback."""
+        besides loopback; settings: more server settings, passed as `-c name=value`."""
         self.listen = listen
         self.clients = clients
+        self.settings = dict(settings or {})
         self.bindir = postgres_bindir()
         self.user = _server_os_user()
         # Outside pytest's basetemp: its folders are 0700 root, closed to the server's user.
@@ -175,6 +177,7 @@ class PrivatePostgres:
         # loses commits already answered (and a 200 already sent).
         options = (f"-p {self.port} -c listen_addresses={','.join(self.listen)} -k {self.dir} "
                    "-c max_connections=300 -c fsync=off -c full_page_writes=off")
+        options += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options,
                   "-w", "-t", "60", "start")
 
