@@ -345,6 +345,8 @@ TimelineRecord = text("""
 
 # The latest failover (if any) and its age in seconds by the server's clock: where the
 # after-failover window starts, for the clock and the outbox dispatcher alike.
+# Proven by: test_failover.py::test_within_the_window_every_first_send_is_searched_first,
+# ::test_after_the_window_first_sends_are_not_searched, ::test_no_reconciliation_after_the_window.
 TimelineLatestFailover = text("""
     SELECT timeline_id, first_seen_at, extract(epoch FROM now() - first_seen_at) AS age
     FROM database_timelines WHERE failover
@@ -356,7 +358,10 @@ FailoverReconcileListDone = text("""
     SELECT provider FROM failover_reconciles WHERE timeline_id = :timeline_id
 """)
 
-# Idempotent: a second clock's success (or a retried mark) changes nothing.
+# Idempotent: a second clock's success (or a retried mark) changes nothing. Written only
+# after a successful run, so a failed run (or a clock killed mid-run) is done again.
+# Proven by: test_failover.py::test_the_clock_reconciles_the_window_before_a_failover_once,
+# ::test_a_clock_with_periodic_runs_off_reconciles_after_a_failover.
 FailoverReconcileMarkDone = text("""
     INSERT INTO failover_reconciles (timeline_id, provider) VALUES (:timeline_id, :provider)
     ON CONFLICT (timeline_id, provider) DO NOTHING
