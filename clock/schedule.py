@@ -84,8 +84,8 @@ def reconcile_after_failover(settings: Settings, engine: Engine,
         if result.error is None:
             failover.mark_reconciled(engine, due.timeline_id, provider)
             log.info("reconciled after the failover",
-                        extra={"provider": provider, "timeline": due.timeline_id,
-                               "since": due.since.isoformat(), "recorded": result.recorded})
+                     extra={"provider": provider, "timeline": due.timeline_id,
+                            "since": due.since.isoformat(), "recorded": result.recorded})
         results.append(result)
     return results
 
