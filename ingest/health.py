@@ -75,19 +75,22 @@ def _database_gauges() -> DatabaseGauges:
 
 
 def _read_gauges(conn: sa.Connection) -> None:
-    """Queue depth, jobs, emails, the oldest due job, paused providers and reconciliation,
-    read from the tables (the truth). Every statement uses an index or the statistics except
-    the exact counts, which run only while the tables are small (shared/queries.py)."""
+    """Queue depth, jobs, emails, the oldest due job, paused providers, reconciliation and
+    failovers, read from the tables (the truth). Every statement uses an index or the
+    statistics except the exact counts, which run only while the tables are small
+    (shared/queries.py)."""
     jobs_due = conn.execute(queries.JobCountDue).scalar_one()
     emails_due = conn.execute(queries.OutboxCountDue).scalar_one()
     reconciliation = conn.execute(queries.ReconcileRunState).all()
     paused = set(conn.execute(queries.ProviderListPaused).scalars())
+    failovers = conn.execute(queries.MetricsFailovers).scalar_one()
     rows = {row.relname: float(row.reltuples)
             for row in conn.execute(queries.MetricsTableEstimates)}
     job_counts = _job_counts(conn, rows.get("jobs", -1.0))
     email_counts = _email_counts(conn, rows.get("outbox", -1.0))
     oldest = {row.provider: float(row.age) for row in conn.execute(queries.MetricsOldestDue)}
 
+    metrics.database_failovers.set(failovers)
     metrics.queue_depth.labels("jobs").set(jobs_due)
     metrics.queue_depth.labels("outbox").set(emails_due)
     known = set(providers.PROVIDERS) | {provider for provider, _ in job_counts}

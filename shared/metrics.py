@@ -82,6 +82,13 @@ reconciled_events = Gauge(
     "before it): a sign that deliveries go missing.", ["provider"],
     multiprocess_mode="mostrecent",
 )
+# Read from database_timelines at scrape time: exact, and kept across restarts and
+# clocks (shared/failover.py). The first timeline recorded is the start, not counted.
+database_failovers = Gauge(
+    "webhooks_database_failovers_total", "Database failovers seen (a new timeline of the "
+    "server, after the first one recorded); each is followed by a reconciliation of every "
+    "provider with credentials.", multiprocess_mode="mostrecent",
+)
 
 # Jobs and emails, read from the database by web's /metrics (ingest/health.py, cached a few
 # seconds): the whole system's truth in one scrape, whichever process did the work.

@@ -19,6 +19,7 @@ from enum import StrEnum
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -252,4 +253,32 @@ paused_providers = Table(
     Column("provider", Text, nullable=False),
     Column("paused_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     PrimaryKeyConstraint("provider"),
+)
+
+# Every timeline the database server was seen writing on (shared/failover.py). The first
+# recorded is the start (failover false); each one after it is a failover: a standby was
+# promoted, and what an asynchronous standby had not received is gone. The clock records
+# them; /metrics counts the failovers, and the after-failover reconciliation and the
+# outbox's search-before-first-send take their window from the latest one's first_seen_at.
+database_timelines = Table(
+    "database_timelines",
+    metadata,
+    Column("timeline_id", BigInteger, nullable=False, autoincrement=False),
+    Column("first_seen_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("failover", Boolean, nullable=False),
+    PrimaryKeyConstraint("timeline_id"),
+)
+
+# The after-failover reconciliations done: one row per timeline and provider once that
+# provider's run over the whole window succeeded. A clock restarted mid-way reconciles the
+# providers without a row.
+failover_reconciles = Table(
+    "failover_reconciles",
+    metadata,
+    Column("timeline_id", BigInteger, nullable=False),
+    Column("provider", Text, nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("timeline_id", "provider"),
+    ForeignKeyConstraint(["timeline_id"], ["database_timelines.timeline_id"],
+                         ondelete="CASCADE"),
 )

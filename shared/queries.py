@@ -328,6 +328,52 @@ ReconcileRunState = text(f"""
     FROM reconcile_runs r
 """)
 
+# --- database timelines (failovers) ----------------------------------------------------
+
+# The timeline the server writes on, recorded the first time it is seen: one row per
+# timeline, the first the start (failover false), each later one a failover. The timeline
+# is the first 8 hex digits of the current WAL file's name, which any role may read on a
+# primary (pg_control_checkpoint() needs privileges, and lags a promotion until the next
+# checkpoint). ON CONFLICT DO NOTHING: a timeline seen before writes nothing and returns no
+# row; the caller holds ClockTryLock, so one clock records (the first row's failover =
+# false is decided by one writer). RETURNING: the new timeline, if this is its first sight.
+# Proven by: test_failover.py::test_a_new_timeline_is_a_failover_recorded_once.
+TimelineRecord = text("""
+    INSERT INTO database_timelines (timeline_id, failover)
+    SELECT CAST(CAST('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS bit(32))
+                AS bigint),
+           EXISTS (SELECT 1 FROM database_timelines)
+    ON CONFLICT (timeline_id) DO NOTHING
+    RETURNING timeline_id, failover, first_seen_at
+""")
+
+# The latest failover (if any) and its age in seconds by the server's clock: where the
+# after-failover window starts, for the clock and the outbox dispatcher alike.
+# Proven by: test_failover.py::test_within_the_window_every_first_send_is_searched_first,
+# ::test_after_the_window_first_sends_are_not_searched, ::test_no_reconciliation_after_the_window.
+TimelineLatestFailover = text("""
+    SELECT timeline_id, first_seen_at, extract(epoch FROM now() - first_seen_at) AS age
+    FROM database_timelines WHERE failover
+    ORDER BY first_seen_at DESC LIMIT 1
+""")
+
+# The providers reconciled over the whole window after that failover.
+FailoverReconcileListDone = text("""
+    SELECT provider FROM failover_reconciles WHERE timeline_id = :timeline_id
+""")
+
+# Idempotent: a second clock's success (or a retried mark) changes nothing. Written only
+# after a successful run, so a failed run (or a clock killed mid-run) is done again.
+# Proven by: test_failover.py::test_the_clock_reconciles_the_window_before_a_failover_once,
+# ::test_a_clock_with_periodic_runs_off_reconciles_after_a_failover.
+FailoverReconcileMarkDone = text("""
+    INSERT INTO failover_reconciles (timeline_id, provider) VALUES (:timeline_id, :provider)
+    ON CONFLICT (timeline_id, provider) DO NOTHING
+""")
+
+# For /metrics: the failovers seen, exact (a handful of rows), whichever clock saw them.
+MetricsFailovers = text("SELECT count(*) FROM database_timelines WHERE failover")
+
 # --- periodic tasks -----------------------------------------------------------------
 
 # One clock at a time runs a task: a second clock (started by mistake) skips the tick

@@ -164,6 +164,11 @@ class Settings:
     reconcile_interval_seconds: float = setting(
         "RECONCILE_INTERVAL_SECONDS", v.number(), 3600.0,
         "how often the clock reconciles each provider with credentials; `0`: never", RECONCILE)
+    reconcile_after_failover_hours: float = setting(
+        "RECONCILE_AFTER_FAILOVER_HOURS", v.number(positive=True), 72.0,
+        "after a database failover (a new timeline), how far back the clock reconciles each "
+        "provider with credentials, whatever RECONCILE_INTERVAL_SECONDS says; and for as "
+        "long after it, the outbox searches Postmark before every first send", RECONCILE)
     # Ingress: the networks each provider's deliveries may come from (absent: any), and how
     # many reverse proxies in front of `web` append to X-Forwarded-For.
     allowed_networks: Mapping[str, tuple[IPNetwork, ...]] = family(

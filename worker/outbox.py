@@ -14,6 +14,14 @@ of a key could happen: if Postmark accepted a message but it is not yet searchab
 the retry runs (retries start at least retries.EMAIL_MIN_DELAY_SECONDS later; crashes wait
 a lease).
 
+After a database failover (shared/failover.py) a row's first attempt is no proof either:
+with an asynchronous standby, the old primary's "sent" mark may be lost and the row (or
+the job that queued it, applied again) back at attempt 1, while Postmark has the message.
+So for RECONCILE_AFTER_FAILOVER_HOURS after the latest failover every claimed row is
+searched before it is sent. The dispatcher learns of a failover in the claim's own
+transaction, one small statement per claimed batch (never one per email): a failover
+recorded while a batch is in flight is seen by the next claim.
+
 A wake-up message (worker/actors.py) runs `on_wakeup`: the process's one dispatch loop
 (OneDispatchPerProcess), round after round of `dispatch_due` while emails are due. A job
 batch that queued emails calls `wake`, which hands them to that loop if it runs here.
@@ -33,7 +41,7 @@ import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, metrics, queries, tracing, wakeups
+from shared import db, failover, metrics, queries, tracing, wakeups
 from shared.errors import EmailOutcomeUnknown, EmailRejected, describe
 from shared.queries import ClaimedEmail
 from shared.settings import Settings
@@ -94,30 +102,36 @@ def dispatch_due(engine: Engine, settings: Settings, limit: int = wakeups.EMAILS
     """Claim up to `limit` due emails, send them, and record each outcome."""
     sender = sender or postmark.sender_for(settings)
     deadline = time.monotonic() + SEND_DEADLINE_SECONDS
-    rows = _claim(engine, limit)
+    rows, search_all = _claim(engine, limit, settings.reconcile_after_failover_hours)
     result = DispatchResult(claimed=len(rows), more=len(rows) >= limit)
     if rows:
-        outcomes = _attempt(sender, rows, retries.for_emails(settings), deadline)
+        outcomes = _attempt(sender, rows, retries.for_emails(settings), deadline,
+                            search_all=search_all)
         _record(engine, settings, rows, outcomes, result)
     return result
 
 
-def _claim(engine: Engine, limit: int) -> list[ClaimedEmail]:
+def _claim(engine: Engine, limit: int, window_hours: float) -> tuple[list[ClaimedEmail], bool]:
+    """The claimed rows, and whether each must be searched for before its first send (a
+    failover within the window: the module's docstring)."""
     with db.transaction(engine) as conn:
         rows = db.fetch_all_in(conn, queries.OutboxClaimDue,
                                {"limit": limit, "lease": LEASE_SECONDS}, ClaimedEmail)
-    return sorted(rows, key=lambda row: row.id)
+        latest = failover.latest(conn) if rows else None
+    search_all = failover.in_window(latest.age_seconds if latest else None, window_hours)
+    return sorted(rows, key=lambda row: row.id), search_all
 
 
 def _attempt(sender: Sender, rows: Sequence[ClaimedEmail], policy: retries.Retries,
-             deadline: float) -> dict[int, Outcome]:
-    """Search for the rows with an earlier attempt, then send the rest in one request."""
+             deadline: float, *, search_all: bool = False) -> dict[int, Outcome]:
+    """Search for the rows with an earlier attempt (every row, with search_all), then
+    send the rest in one request."""
     outcomes: dict[int, Outcome] = {}
     to_send = []
     for row in rows:
         if time.monotonic() > deadline:
             break
-        if row.attempts > 1:
+        if row.attempts > 1 or search_all:
             with tracing.span("postmark search", row.trace_context, _span_attributes(row)):
                 found = _search(sender, row, policy)
             if found is not None:

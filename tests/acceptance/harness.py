@@ -43,7 +43,8 @@ from tests.acceptance.signing import SECRET_VARIABLES, SECRETS
 ROOT = Path(__file__).resolve().parents[2]
 POSTMARK_TOKEN = "acceptance-postmark-token"
 TABLES = ("outbox", "ledger_entries", "accounts", "subscriptions", "webhook_duplicates",
-          "reconcile_runs", "paused_providers", "jobs", "webhook_events")
+          "reconcile_runs", "paused_providers", "jobs", "webhook_events",
+          "failover_reconciles", "database_timelines")
 
 
 def free_port() -> int:
@@ -382,10 +383,14 @@ class Supervisor(threading.Thread):
 class System:
     """Private Postgres and Redis, the fake Postmark, and the Procfile's processes."""
 
-    def __init__(self, workdir: Path, **env: str) -> None:
+    def __init__(self, workdir: Path, postgres: PrivatePostgres | None = None,
+                 **env: str) -> None:
+        """postgres: the server to create and use (a replicated pair's primary), else a
+        PrivatePostgres of its own; env: more variables for every process (DATABASE_URL
+        too: the pair's two hosts)."""
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.postgres = PrivatePostgres()
+        self.postgres = postgres or PrivatePostgres()
         self.redis = PrivateRedis(self.dir)
         self.web_port = free_port()
         self.extra_env = env

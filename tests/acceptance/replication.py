@@ -1,6 +1,6 @@
 """A primary and a streaming standby of PostgreSQL, for the failover tests.
 
-    with ReplicatedPostgres(synchronous=False) as pair:
+    with ReplicatedPostgres(synchronous=False) as pair:   # both servers created
         pair.url                # DATABASE_URL naming both hosts, target_session_attrs=read-write
         pair.primary_url        # the primary alone (the database `webhooks`)
         pair.wait_replayed()    # the standby has replayed everything the primary wrote
@@ -9,13 +9,26 @@
         pair.promote()          # the standby becomes the primary, on a new timeline
         pair.standby_url        # the standby (after promote: the new primary) alone
 
+or, with the Procfile's processes on it (harness.System creates the primary):
+
+    pair = ReplicatedPostgres(synchronous=True)
+    system = System(workdir, postgres=pair.primary, DATABASE_URL=pair.url)
+    try:
+        system.start()
+        pair.start_standby()
+        ...
+    finally:
+        system.stop()
+        pair.destroy()
+
 The primary is a harness.PrivatePostgres (initdb, run as a non-root OS user when the test
 runs as root); the standby is a copy made from it by `pg_basebackup -R` (its
 standby.signal and primary_conninfo written for it) with a physical replication slot, so
 the primary keeps the WAL the standby has not received. Its application_name is
 STANDBY_NAME (`cluster_name`). synchronous=True names it in the primary's
-synchronous_standby_names, so a commit returns once the standby has flushed it;
-synchronous=False leaves that empty: a commit returns on the primary alone.
+synchronous_standby_names once it streams (ALTER SYSTEM), so from then on a commit returns
+once the standby has flushed it; synchronous=False leaves that empty: a commit returns on
+the primary alone. The promoted standby has no synchronous standby of its own.
 
 Everything goes at the block's end, pass or fail: both servers are stopped (or killed) and
 their folders removed.
@@ -63,22 +76,30 @@ class ReplicatedPostgres:
 
     def __init__(self, *, synchronous: bool) -> None:
         self.synchronous = synchronous
-        settings = {"wal_level": "replica", "max_wal_senders": "5",
-                    "max_replication_slots": "5"}
-        if synchronous:
-            settings["synchronous_standby_names"] = STANDBY_NAME
-        self.primary = PrivatePostgres(settings=settings)
+        self.primary = PrivatePostgres(settings={
+            "wal_level": "replica", "max_wal_senders": "5", "max_replication_slots": "5"})
         self.standby = Standby(self.primary)
 
     def __enter__(self) -> ReplicatedPostgres:
         try:
             self.primary.create()
-            self.standby.create()
-            wait_for(self.streaming, 60, "the standby streaming from the primary")
+            self.start_standby()
         except BaseException:
             self.destroy()
             raise
         return self
+
+    def start_standby(self) -> None:
+        """Make the standby from the running primary (created here, or by a
+        harness.System given it as its postgres) and wait until it streams."""
+        self.standby.create()
+        if self.synchronous:
+            # Only now: before the standby streams, every commit would wait for it. Set
+            # after the base backup, so the standby (once promoted) waits for nobody.
+            _query(self.primary.url, "ALTER SYSTEM SET synchronous_standby_names = "
+                   f"'{STANDBY_NAME}'", autocommit=True)
+            _query(self.primary.url, "SELECT pg_reload_conf()")
+        wait_for(self.streaming, 60, "the standby streaming from the primary")
 
     def __exit__(self, *_: object) -> None:
         self.destroy()

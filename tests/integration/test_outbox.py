@@ -224,7 +224,7 @@ def test_exhausted_attempts_fail_the_email(clean_db, mail_settings, sender, fake
 def test_a_claimed_row_is_hidden_from_other_dispatchers_for_its_lease(
         clean_db, mail_settings, sender, fake):
     insert_emails(clean_db, 2)
-    claimed = outbox._claim(clean_db, 1)  # a dispatcher now calling Postmark
+    claimed, _ = outbox._claim(clean_db, 1, 72)  # a dispatcher now calling Postmark
 
     other = outbox.dispatch_due(clean_db, mail_settings, sender=sender)
 
@@ -240,9 +240,9 @@ def test_a_claimed_row_is_hidden_from_other_dispatchers_for_its_lease(
 def test_a_dispatcher_whose_lease_ran_out_cannot_touch_the_row(
         clean_db, mail_settings, sender, fake):
     [key] = insert_emails(clean_db, 1)
-    [stale] = outbox._claim(clean_db, 10)  # a dispatcher that then stalls past its lease
+    [stale], _ = outbox._claim(clean_db, 10, 72)  # a dispatcher then stalling past its lease
     expire_leases(clean_db)
-    current = outbox._claim(clean_db, 10)  # another one takes over, still in flight
+    current, _ = outbox._claim(clean_db, 10, 72)  # another takes over, still in flight
     assert [row.attempts for row in current] == [2]
 
     late = outbox.DispatchResult()

@@ -3,6 +3,9 @@
 - sweep, every SWEEP_INTERVAL_SECONDS (webhooks/clock/sweep.py);
 - reconcile, every RECONCILE_INTERVAL_SECONDS, each provider with API credentials, from
   its last successful run (less a margin) or 72 hours back (shared/reconciliation);
+- after a failover, every SWEEP_INTERVAL_SECONDS whatever RECONCILE_INTERVAL_SECONDS says:
+  each provider with credentials not yet reconciled over RECONCILE_AFTER_FAILOVER_HOURS
+  before the latest failover the sweep recorded (shared/failover.py);
 - prune, nightly: retention (shared/retention.py).
 
 Several clocks running by mistake do no harm: each tick takes a Postgres advisory lock
@@ -20,7 +23,7 @@ import dramatiq
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.engine import Engine
 
-from shared import db, queries, reconciliation, retention, wakeups
+from shared import db, failover, queries, reconciliation, retention, wakeups
 from shared.errors import describe
 from shared.settings import Settings
 from webhooks.clock.sweep import sweep
@@ -39,10 +42,11 @@ def prune(engine: Engine, days: int) -> int | None:
 
 
 def reconcile(settings: Settings, engine: Engine, broker: dramatiq.Broker,
-              provider: str) -> reconciliation.Result:
-    """One reconciliation run of provider, recorded in reconcile_runs. An API error is
-    logged and stored; the next interval tries again from the last success."""
-    since = reconciliation.since_for_clock(engine, provider)
+              provider: str, since: datetime | None = None) -> reconciliation.Result:
+    """One reconciliation run of provider, recorded in reconcile_runs, from `since` or
+    else from the last success. An API error is logged and stored; the next interval
+    tries again from the last success."""
+    since = min(reconciliation.since_for_clock(engine, provider), since or datetime.now(UTC))
     source = reconciliation.source_for(settings, provider)
     try:
         result = reconciliation.reconcile(
@@ -64,6 +68,28 @@ def reconcile(settings: Settings, engine: Engine, broker: dramatiq.Broker,
     return result
 
 
+def reconcile_after_failover(settings: Settings, engine: Engine,
+                             broker: dramatiq.Broker) -> list[reconciliation.Result]:
+    """Reconcile each provider with credentials not yet reconciled since the latest
+    failover, over the window before it, and mark those that succeeded. What is due is
+    read from the tables each time: a clock restarted mid-way (or another clock) does the
+    rest, and a failed run is tried again at the next tick."""
+    due = failover.reconciles_due(engine, reconciliation.configured(settings),
+                                  settings.reconcile_after_failover_hours)
+    if due is None:
+        return []
+    results = []
+    for provider in due.providers:
+        result = reconcile(settings, engine, broker, provider, since=due.since)
+        if result.error is None:
+            failover.mark_reconciled(engine, due.timeline_id, provider)
+            log.info("reconciled after the failover",
+                     extra={"provider": provider, "timeline": due.timeline_id,
+                            "since": due.since.isoformat(), "recorded": result.recorded})
+        results.append(result)
+    return results
+
+
 def run(settings: Settings) -> None:
     engine = db.create_engine(settings, pool_size=2, local_commits=True)
     # record_event's engine: each statement its own transaction, committed at once.
@@ -80,6 +106,12 @@ def run(settings: Settings) -> None:
                               seconds=settings.reconcile_interval_seconds,
                               id=f"reconcile-{provider}", max_instances=1, coalesce=True,
                               next_run_time=datetime.now(UTC))
+    if reconciliation.configured(settings):
+        # As often as the sweep that records a new timeline: within a minute of it.
+        scheduler.add_job(_safely(reconcile_after_failover), "interval",
+                          args=(settings, recording, broker),
+                          seconds=settings.sweep_interval_seconds, id="reconcile-after-failover",
+                          max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
     scheduler.add_job(_safely(prune), "cron", args=(engine, settings.retention_days),
                       hour=3, minute=17, id="prune", max_instances=1, coalesce=True)
     log.info("clock started", extra={"sweep_interval": settings.sweep_interval_seconds})

@@ -1,6 +1,10 @@
 """The sweeper: wake workers for due pending jobs and due outbox rows whose wake-up may
 have been lost (broker down at ingest, a worker killed, a message dropped). Wake-ups are
-idempotent: at worst a worker finds nothing to claim."""
+idempotent: at worst a worker finds nothing to claim.
+
+Each sweep also records the database server's timeline (shared/failover.py): a timeline
+not seen before, after the first, is a failover, logged at WARNING; the clock's
+after-failover reconciliation and the outbox's searches follow from the recorded row."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from dataclasses import dataclass
 import dramatiq
 from sqlalchemy.engine import Engine
 
-from shared import queries, wakeups
+from shared import failover, queries, wakeups
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +26,7 @@ class SweepResult:
     due_jobs: int
     due_emails: int
     woken: bool
+    timeline: failover.Timeline | None = None  # a timeline seen for the first time
 
 
 def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
@@ -31,6 +36,9 @@ def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
             return None
         due_jobs = conn.execute(queries.JobCountDue).scalar_one()
         due_emails = conn.execute(queries.OutboxCountDue).scalar_one()
+        timeline = failover.record_timeline(conn)
+    if timeline is not None:
+        _report(timeline)
     woken = True
     if due_jobs:
         uncovered = _uncovered(broker, wakeups.JOBS_QUEUE, due_jobs, wakeups.JOBS_PER_MESSAGE)
@@ -42,7 +50,16 @@ def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
     if due_jobs or due_emails:
         log.info("sweep woke workers",
                  extra={"due_jobs": due_jobs, "due_emails": due_emails, "enqueued": woken})
-    return SweepResult(due_jobs, due_emails, woken)
+    return SweepResult(due_jobs, due_emails, woken, timeline)
+
+
+def _report(timeline: failover.Timeline) -> None:
+    fields = {"timeline": timeline.timeline_id,
+              "first_seen_at": timeline.first_seen_at.isoformat()}
+    if timeline.failover:
+        log.warning("database failover: a new timeline; reconciling after it", extra=fields)
+    else:
+        log.info("database timeline recorded", extra=fields)
 
 
 def _uncovered(broker: dramatiq.Broker, queue: str, due: int, per: int) -> int:

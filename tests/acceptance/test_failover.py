@@ -1,0 +1,185 @@
+"""Guarantee 8, asynchronous half (docs/guarantees.md): after a failover to an asynchronous
+standby, events acknowledged and then lost with the old primary are recorded again by the
+reconciliation after the failover, and everything is applied once.
+
+A primary and its streaming standby (tests/acceptance/replication.py); web, two workers
+and the clock (the Procfile's, harness.System) on the two-host DATABASE_URL; a fake Stripe
+API holding every event (tests/fakes/provider_apis.py); RECONCILE_INTERVAL_SECONDS=0, so
+only the after-failover run can bring anything back. Signed invoice.paid deliveries:
+
+1. a first batch, replicated;
+2. the standby detached (it receives nothing more), then a second batch: 200s from the
+   primary alone, applied there and their receipts sent through the fake Postmark;
+3. a steady stream from a provider that retries every refused delivery, during which the
+   primary is killed with -9 and the standby promoted.
+
+Then every event answered 200 is on the new primary, the lost ones as `reconcile`, each
+applied once (one ledger entry per invoice, one message per key at the fake Postmark,
+whose receipts for the lost events were sent before the failover: the dispatcher's search
+found them), and no process was restarted. Prints how many were lost and came back, and
+the seconds from the promotion to the first 200 and to the reconciliation.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+import sqlalchemy as sa
+
+from shared.db import sqlalchemy_url
+from tests.acceptance import checks, replication, senders
+from tests.acceptance.harness import System, wait_for
+from tests.acceptance.replication import ReplicatedPostgres
+from tests.acceptance.world import Event, World
+from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
+from tests.fakes.provider_events import dress_stripe
+
+pytestmark = pytest.mark.slow
+
+FIRST, SECOND, STREAM = 40, 40, 60
+RATE = 20.0  # deliveries per second, all senders together
+STREAM_GAP = 0.1  # seconds between two deliveries of the retrying provider
+BACK_WITHIN = 15.0  # SPEC.md "Failover": web answers 200 again within 15 s of promotion
+RECONCILED_WITHIN = 60.0  # and the clock reconciles within a minute of the new timeline
+
+
+def invoices(world: World, count: int) -> list[Event]:
+    return [event for _ in range(count) for event in world.invoice(both_types=False)]
+
+
+@pytest.fixture()
+def replicated(request: pytest.FixtureRequest) -> Iterator[tuple[System, ReplicatedPostgres,
+                                                                  FakeProviderApis]]:
+    reason = replication.available()
+    if reason:
+        pytest.skip(reason)
+    pair = ReplicatedPostgres(synchronous=False)
+    with tempfile.TemporaryDirectory(prefix="webhooks-failover-") as workdir, \
+            FakeProviderApis() as stripe_api:
+        system = System(Path(workdir), postgres=pair.primary, DATABASE_URL=pair.url,
+                        STRIPE_API_KEY=STRIPE_KEY, STRIPE_API_BASE=stripe_api.url,
+                        RECONCILE_INTERVAL_SECONDS="0")
+        try:
+            system.start()
+            pair.start_standby()
+            # Assertions read whichever host is the primary, as the processes do.
+            system.engine = sa.create_engine(sqlalchemy_url(pair.url), poolclass=sa.pool.NullPool,
+                                             connect_args={"connect_timeout": 3})
+            yield system, pair, stripe_api
+        finally:
+            report = getattr(request.node, "rep_call", None)
+            if report is not None and report.failed:
+                print(system.logs(60))
+            system.stop()
+            pair.destroy()
+
+
+class RetryingProvider(threading.Thread):
+    """Delivers events one after another, each until it is answered 200 (as a provider
+    retries a 503), STREAM_GAP apart; every answer kept."""
+
+    def __init__(self, base_url: str, events: list[Event]) -> None:
+        super().__init__(daemon=True, name="retrying-provider")
+        self.base_url = base_url
+        self.events = events
+        self.answers: list[senders.Answer] = []
+
+    def run(self) -> None:
+        with requests.Session() as session:
+            for index, event in enumerate(self.events):
+                while True:
+                    answer = senders.post(session, self.base_url, index, event)
+                    self.answers.append(answer)
+                    time.sleep(STREAM_GAP)
+                    if answer.status == 200:
+                        break
+
+
+def acknowledged(answers: list[senders.Answer], before: float | None = None) -> set[str]:
+    return {a.key[1] for a in answers if a.status == 200 and (before is None or a.ended < before)}
+
+
+def test_events_lost_with_an_asynchronous_primary_come_back_and_apply_once(  # type: ignore[no-untyped-def]
+        replicated) -> None:
+    system, pair, stripe_api = replicated
+    world = World(rng=random.Random(8008))
+    world._clock = int(time.time()) - 600  # created in the last minutes: in every window
+    first, second, stream = (invoices(world, n) for n in (FIRST, SECOND, STREAM))
+    stripe_api.state.stripe_events = [dress_stripe(json.loads(e.body))
+                                      for e in world.events]
+
+    # The clock records the first timeline (the start); the standby has it and batch 1.
+    wait_for(lambda: system.scalar("SELECT count(*) FROM database_timelines") == 1, 60,
+             "the first timeline recorded")
+    answers = senders.send(system.base_url, senders.spread(first, 4, rate=RATE))
+    system.settle()
+    pair.wait_replayed()
+
+    pair.detach_standby()
+    answers += senders.send(system.base_url, senders.spread(second, 4, rate=RATE,
+                                                            first_index=len(first)))
+    system.settle()  # applied on the primary alone, receipts sent
+    assert checks.statuses(answers) == {200: len(answers)}
+    pids = {s.name: s.process.pid for s in system.services if s.process}
+
+    provider = RetryingProvider(system.base_url, stream)
+    provider.start()
+    time.sleep(2)
+    pair.kill_primary()
+    killed = time.time()
+    time.sleep(1)
+    promoted = time.time()  # asked for: pg_promote() returns once it is done
+    done = pair.promote() - promoted
+    # What the new primary had of the deliveries (a reconciled row is not one of them).
+    on_standby = {row.event_id for row in system.rows(
+        "SELECT event_id FROM webhook_events WHERE received_via = 'delivery'")}
+    provider.join(300)
+    assert not provider.is_alive(), "the stream was not acknowledged"
+
+    every = answers + provider.answers
+    acked_before = acknowledged(every, before=killed)
+    lost = acked_before - on_standby
+    assert set(e.event_id for e in second) <= lost  # the standby never received them
+    back = [a.ended - promoted for a in provider.answers if a.status == 200 and a.ended > killed]
+    first_200 = min(back)
+    stream_statuses = checks.statuses(provider.answers)
+    slowest = max(a.ended - a.started for a in provider.answers)
+
+    reconciled_at = wait_for(lambda: system.scalar(
+        "SELECT finished_at FROM failover_reconciles WHERE provider = 'stripe'"),
+        RECONCILED_WITHIN + 30, "the reconciliation after the failover", interval=0.25)
+    system.settle()
+    counts = checks.assert_exactly_once(system, world)
+    came_back = {row.event_id for row in system.rows(
+        "SELECT event_id FROM webhook_events WHERE received_via = 'reconcile'")}
+    timelines = system.rows("SELECT timeline_id, failover, first_seen_at "
+                            "FROM database_timelines ORDER BY first_seen_at")
+    # Each web process reads the database's figures at most every few seconds.
+    wait_for(lambda: "webhooks_database_failovers_total 1.0" in requests.get(
+        f"{system.base_url}/metrics", timeout=10).text, 30, "the failover on /metrics")
+
+    print(f"\nfailover (asynchronous standby): {len(acked_before)} events acknowledged before "
+          f"the kill, {len(lost)} of them lost with the old primary, {len(lost & came_back)} "
+          f"came back by the reconciliation ({len(came_back)} recorded by it in all); "
+          f"promotion took {done:.2f}s, the first 200 {first_200:.2f}s after it was asked "
+          f"for; the stream's answers "
+          f"{stream_statuses}, the slowest {slowest:.2f}s; reconciled "
+          f"{reconciled_at.timestamp() - promoted:.1f}s after the promotion; "
+          f"timelines {[(t.timeline_id, t.failover) for t in timelines]}; {counts}")
+    assert lost <= came_back
+    assert first_200 <= BACK_WITHIN
+    assert set(stream_statuses) <= {200, 503}, provider.answers[:5]
+    assert [t.failover for t in timelines] == [False, True]
+    assert timelines[1].timeline_id == pair.timeline(pair.standby_url)
+    assert (reconciled_at - timelines[1].first_seen_at).total_seconds() <= RECONCILED_WITHIN
+    # Followed the new primary without a restart: no exit, the same processes.
+    assert system.exits() == {}
+    assert {s.name: s.process.pid for s in system.services if s.process} == pids
