@@ -5,6 +5,7 @@
         pair.primary_url        # the primary alone (the database `webhooks`)
         pair.wait_replayed()    # the standby has replayed everything the primary wrote
         pair.detach_standby()   # the standby receives no more WAL (replay paused too)
+        pair.freeze_standby()   # SIGSTOP: a standby that stops answering (thaw_standby)
         pair.kill_primary()     # SIGKILL of the postmaster and its children
         pair.promote()          # the standby becomes the primary, on a new timeline
         pair.standby_url        # the standby (after promote: the new primary) alone
@@ -163,6 +164,22 @@ class ReplicatedPostgres:
                                     name=STANDBY_NAME)[0],
                  timeout, "the standby's walreceiver gone")
         self.pause_replay(timeout)
+
+    def freeze_standby(self) -> None:
+        """SIGSTOP of the standby's postmaster and children: a standby that stops
+        answering, its connections open (thaw_standby lets it go on)."""
+        for victim in self._standby_processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGSTOP)
+
+    def thaw_standby(self) -> None:
+        for victim in self._standby_processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
+
+    def _standby_processes(self) -> list[int]:
+        pid = int((self.standby.data / "postmaster.pid").read_text().split()[0])
+        return [pid, *_children(pid)]
 
     def kill_primary(self) -> None:
         """SIGKILL of the primary's postmaster and of every child at once: no shutdown
