@@ -85,6 +85,9 @@ SERVER_SETTINGS = {
 }
 
 
+APPLICATION_NAME = "webhooks"  # pg_stat_activity's name for our sessions
+
+
 def create_engine(
     settings: Settings, *, pool_size: int = 5, url: str | None = None, autocommit: bool = False
 ) -> Engine:
@@ -104,26 +107,40 @@ def create_engine(
         # Errors name the statement, never its values: those are customer ids and emails,
         # and errors reach the logs at WARNING and ERROR.
         hide_parameters=True,
-        connect_args=connect_args(),
+        connect_args=connect_args(settings),
     )
     sa.event.listen(engine, "handle_error", _read_only_is_a_disconnect)
     return engine
 
 
-def connect_args() -> dict[str, Any]:
+def connect_args(settings: Settings) -> dict[str, Any]:
     """libpq's connection parameters: this end's keepalives and user timeout (a process
     cut off from the database gets an error, drops the connection and finds the server
-    again once it can, without a restart), and SERVER_SETTINGS as startup options."""
-    return {
+    again once it can, without a restart), and SERVER_SETTINGS as startup options.
+
+    Behind a pooler in transaction mode (DATABASE_POOLER=transaction) each transaction may
+    run on another of the pooler's server sessions, so nothing may live in a session:
+    no startup options (PgBouncer refuses them; the role's settings of migration 0010 give
+    every session the same values), and no server-side prepared statements, which psycopg
+    makes of a statement run prepare_threshold times on one connection (the next
+    transaction's session would not know them)."""
+    args: dict[str, Any] = {
         "connect_timeout": 3,
-        "application_name": "webhooks",
+        "application_name": APPLICATION_NAME,
         "keepalives": 1,
         "keepalives_idle": KEEPALIVE_IDLE,
         "keepalives_interval": KEEPALIVE_INTERVAL,
         "keepalives_count": KEEPALIVE_COUNT,
         "tcp_user_timeout": USER_TIMEOUT_MS,
-        "options": " ".join(f"-c {name}={value}" for name, value in SERVER_SETTINGS.items()),
     }
+    if settings.transaction_pooler:
+        return {**args, "prepare_threshold": None}
+    return {**args, "options": startup_options()}
+
+
+def startup_options() -> str:
+    """SERVER_SETTINGS as libpq's `options` (-c name=value ...)."""
+    return " ".join(f"-c {name}={value}" for name, value in SERVER_SETTINGS.items())
 
 
 def _read_only_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:
