@@ -7,6 +7,7 @@ ledger_entries, subscriptions, outbox) and what the fake Postmark recorded.
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -115,3 +116,36 @@ def assert_one_first_delivery(answers: Iterable[Answer]) -> None:
 
 def statuses(answers: Iterable[Answer]) -> dict[int, int]:
     return dict(sorted(Counter(answer.status for answer in answers).items()))
+
+
+def pooled_transactions(system: System) -> int:
+    """Transactions the system's PgBouncer has passed on to its database so far."""
+    assert system.pgbouncer is not None, "a pooled System"
+    return system.pgbouncer.transactions("webhooks")
+
+
+def assert_through_the_pooler(system: System, transactions_before: int, at_least: int) -> None:
+    """The processes reached Postgres only through the system's PgBouncer: it passed on at
+    least `at_least` transactions since `transactions_before`, and every session of theirs
+    on the server (application_name `webhooks`) is one PgBouncer opened. A process that
+    connected direct would show as a session from a port PgBouncer does not hold."""
+    assert system.pgbouncer is not None, "a pooled System"
+    passed = pooled_transactions(system) - transactions_before
+    assert passed >= at_least, f"PgBouncer passed on {passed} transactions, not {at_least}"
+
+    def sessions() -> tuple[int, list[int]]:
+        ports = [int(row.client_port) for row in system.rows(
+            "SELECT coalesce(client_port, -1) AS client_port FROM pg_stat_activity "
+            "WHERE application_name = 'webhooks' "
+            "AND datname = current_database()")]
+        pooled = system.pgbouncer.server_ports()  # type: ignore[union-attr]
+        return sum(port in pooled for port in ports), [p for p in ports if p not in pooled]
+
+    # A session PgBouncer closes between the two reads is no bypass: read until stable.
+    pooled, direct = sessions()
+    for _ in range(20):
+        if not direct:
+            break
+        time.sleep(0.5)
+        pooled, direct = sessions()
+    assert pooled > 0 and not direct, f"{pooled} sessions through PgBouncer, direct: {direct}"

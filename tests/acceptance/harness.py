@@ -4,6 +4,8 @@
   the ones the pgserver package ships), on a free port, run as a non-root OS user
   (Postgres refuses root); stopped and started again mid-test for outages;
 - a PRIVATE Redis on a free port, without persistence: an outage loses its messages;
+- for the tests that run through a pooler too, a PRIVATE PgBouncer in transaction mode
+  between the processes and Postgres (System's `pooled`);
 - the fake Postmark (tests/fakes/postmark_server.py) as its own process;
 - the Procfile's entries, each run as a platform runs it: `release` to completion, then
   `web`, two `worker` and one `clock`, every one through a shell in its own process
@@ -637,7 +639,8 @@ class System:
 
     def workers_in_transaction(self) -> list[tuple[Service, int]]:
         """(worker, pid of its process) for every job transaction open right now in a
-        test handler's pg_sleep: Postgres names each backend's client port, and
+        test handler's pg_sleep: Postgres names each backend's client port (through the
+        pooler, PgBouncer names the client whose transaction runs there), and
         /proc/net/tcp and /proc/PID/fd tell which process holds that socket."""
         ports = {int(r.client_port) for r in self.rows(
             "SELECT client_port FROM pg_stat_activity WHERE state = 'active' "
