@@ -209,11 +209,22 @@ def pgbouncer_version(binary: str) -> tuple[int, ...]:
     return tuple(int(part) for part in first[1].split(".") if part.isdigit())
 
 
+def shipped_pgbouncer_settings() -> dict[str, str]:
+    """The [pgbouncer] settings of deploy/pgbouncer/pgbouncer.ini (transaction mode, its
+    sockets' keepalives), which the private PgBouncer runs with."""
+    import configparser
+
+    shipped = configparser.ConfigParser(interpolation=None)
+    shipped.read(ROOT / "deploy" / "pgbouncer" / "pgbouncer.ini")
+    return dict(shipped["pgbouncer"])
+
+
 class PrivatePgbouncer:
     """PgBouncer in transaction pooling mode in front of a Postgres, as a platform's pooler
-    runs (Heroku's, Supabase's): its own ini and userlist in a temporary folder, a free
-    port, trust authentication, and the admin console (database `pgbouncer`) for the tests'
-    questions. Like Postgres it refuses root: as root it runs as the server's OS user.
+    runs (Heroku's, Supabase's), with the settings of deploy/pgbouncer/pgbouncer.ini: its
+    own ini and userlist in a temporary folder, a free port, trust authentication, and
+    the admin console (database `pgbouncer`) for the tests' questions. Like Postgres it
+    refuses root: as root it runs as the server's OS user.
 
     ignore_options: accept libpq's `options` startup parameter and drop it (a pooler set
     up that way says nothing, it just loses the options), instead of refusing the
@@ -228,14 +239,17 @@ class PrivatePgbouncer:
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         settings = {
+            **shipped_pgbouncer_settings(),
             "listen_addr": "127.0.0.1", "listen_port": str(self.port), "unix_socket_dir": "",
             "auth_type": "trust", "auth_file": str(self.dir / "userlist.txt"),
-            "admin_users": "postgres", "pool_mode": "transaction",
+            "admin_users": "postgres",
             # Fewer server sessions than the processes have client connections, as in
             # production: transactions of one client run in whichever session is free.
             "default_pool_size": str(pool_size), "max_client_conn": "1000",
             "logfile": str(self.log), "pidfile": "",
         }
+        if settings["pool_mode"] != "transaction":
+            raise RuntimeError("deploy/pgbouncer/pgbouncer.ini: pool_mode must be transaction")
         if pgbouncer_version(self.binary) >= (1, 21):  # it can keep prepared statements:
             settings["max_prepared_statements"] = "0"  # not here, as before 1.21
         if ignore_options:
