@@ -39,26 +39,29 @@ def warn_if_unnamed(settings: Settings) -> None:
         return
     seen = unnamed_pooler(settings)
     if seen is not None:
-        log.warning("%s: a pooler in transaction mode is in front of Postgres; set "
-                    "DATABASE_POOLER=transaction (docs/several-hosts.md)", seen)
+        log.warning("the database answers through %s: set DATABASE_POOLER=transaction "
+                    "(docs/several-hosts.md)", seen)
 
 
 def unnamed_pooler(settings: Settings) -> str | None:
-    """What shows a pooler in transaction mode on the way to DATABASE_URL, connecting as
-    the processes do; None when nothing does, or when the database does not answer."""
+    """The pooler on the way to DATABASE_URL and what shows it, connecting as the
+    processes do; None when nothing does, or when the database does not answer. PgBouncer
+    refuses startup options in any pool mode; DATABASE_POOLER=transaction is right in its
+    session mode too, where it only leaves out what a session would have kept."""
     engine = db.create_engine(settings, pool_size=2, autocommit=True)
     try:
         return sessions_change(engine)
     except (sa.exc.SQLAlchemyError, psycopg.Error) as error:
         if REFUSED_STARTUP_PARAMETER in str(error):
-            return "the database refused the startup options"
+            return "a pooler that refuses startup options (PgBouncer does)"
         return None
     finally:
         engine.dispose()
 
 
 def sessions_change(engine: Engine) -> str | None:
-    """Whether one client connection's transactions run in different server sessions.
+    """The pooler in transaction mode that one client connection's transactions show, by
+    running in different server sessions; None when they do not.
 
     Two connections, three transactions (the engine is autocommit: each statement is
     one). Directly, or through a pooler in session mode, a connection keeps its session:
@@ -72,10 +75,11 @@ def sessions_change(engine: Engine) -> str | None:
         other = _backend(two)
         again = _backend(one)
     if other == first:
-        return f"two client connections ran in one server session (backend {first})"
+        return (f"a pooler in transaction mode (two client connections ran in one server "
+                f"session, backend {first})")
     if again != first:
-        return (f"two transactions of one client connection ran in different server "
-                f"sessions (backends {first} and {again})")
+        return (f"a pooler in transaction mode (two transactions of one client connection "
+                f"ran in different server sessions, backends {first} and {again})")
     return None
 
 
