@@ -86,6 +86,7 @@ SERVER_SETTINGS = {
 }
 
 
+APPLICATION_NAME = "webhooks"  # pg_stat_activity's name for our sessions
 # The acknowledgement's statement (fetch_one) is cancelled past this: its answer, 503 then,
 # stays within the 10 s a provider's delivery may wait even when a synchronous standby
 # stops answering (shared/deadlines.py), with room for a connection and a cancel.
@@ -120,28 +121,45 @@ def create_engine(
         # Errors name the statement, never its values: those are customer ids and emails,
         # and errors reach the logs at WARNING and ERROR.
         hide_parameters=True,
-        connect_args=connect_args(local_commits=local_commits),
+        connect_args=connect_args(settings, local_commits=local_commits),
     )
     sa.event.listen(engine, "handle_error", _read_only_is_a_disconnect)
     sa.event.listen(engine, "connect", _hear_unreplicated_commits)
     return engine
 
 
-def connect_args(*, local_commits: bool = False) -> dict[str, Any]:
+def connect_args(settings: Settings, *, local_commits: bool = False) -> dict[str, Any]:
     """libpq's connection parameters: this end's keepalives and user timeout (a process
     cut off from the database gets an error, drops the connection and finds the server
-    again once it can, without a restart), and SERVER_SETTINGS as startup options."""
-    settings = {**SERVER_SETTINGS, **({"synchronous_commit": "local"} if local_commits else {})}
-    return {
+    again once it can, without a restart), and SERVER_SETTINGS as startup options.
+
+    Behind a pooler in transaction mode (DATABASE_POOLER=transaction) each transaction may
+    run on another of the pooler's server sessions, so nothing may live in a session:
+    no startup options (PgBouncer refuses them; the role's settings of migration 0010 give
+    every session the same values), and no server-side prepared statements, which psycopg
+    makes of a statement run prepare_threshold times on one connection (the next
+    transaction's session would not know them). There, local_commits is not applied
+    either (it is a startup option): commits wait for a synchronous standby, which is
+    slower, never less safe."""
+    args: dict[str, Any] = {
         "connect_timeout": 3,
-        "application_name": "webhooks",
+        "application_name": APPLICATION_NAME,
         "keepalives": 1,
         "keepalives_idle": KEEPALIVE_IDLE,
         "keepalives_interval": KEEPALIVE_INTERVAL,
         "keepalives_count": KEEPALIVE_COUNT,
         "tcp_user_timeout": USER_TIMEOUT_MS,
-        "options": " ".join(f"-c {name}={value}" for name, value in settings.items()),
     }
+    if settings.transaction_pooler:
+        return {**args, "prepare_threshold": None}
+    return {**args, "options": startup_options(local_commits=local_commits)}
+
+
+def startup_options(*, local_commits: bool = False) -> str:
+    """SERVER_SETTINGS as libpq's `options` (-c name=value ...); local_commits: and
+    synchronous_commit = local (create_engine says why)."""
+    settings = {**SERVER_SETTINGS, **({"synchronous_commit": "local"} if local_commits else {})}
+    return " ".join(f"-c {name}={value}" for name, value in settings.items())
 
 
 # A commit whose wait for the synchronous standby was cancelled (by a client-side

@@ -23,6 +23,7 @@ BROKER_SCHEMES = ("redis", "rediss", "unix", "amqp", "amqps")
 # A hook's API path: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID.
 GITHUB_HOOK = r"(repos/[\w.-]+/[\w.-]+|orgs/[\w.-]+)/hooks/\d+"
 LOOPBACK = "127.0.0.1"
+TRANSACTION_POOLING = "transaction"  # DATABASE_POOLER's one value
 DEPLOY, RECONCILE, INGRESS, OBSERVE = (Section.DEPLOY, Section.RECONCILIATION, Section.INGRESS,
                                       Section.OBSERVABILITY)
 
@@ -93,6 +94,13 @@ class Settings:
         "`postgresql://user:pass@db1:5432,db2:5432/db?target_session_attrs=read-write`, "
         "and every new connection goes to the primary", DEPLOY,
         "required: unset, every Procfile process exits 1")
+    # A pooler in transaction mode hands each transaction to any of its server sessions:
+    # shared.db.connect_args then sends nothing that lives in a session (startup options,
+    # server-side prepared statements); shared.pooler warns when one is seen unnamed.
+    database_pooler: str | None = setting(
+        "DATABASE_POOLER", v.choice(TRANSACTION_POOLING), None,
+        "`transaction` when a pooler in transaction mode (PgBouncer, Supavisor) sits in "
+        "front of Postgres (docs/several-hosts.md)", DEPLOY, "unset: direct connections")
     broker_url: str | None = setting(
         "BROKER_URL", _broker_url, None,
         "`redis://host:port/N` or `amqp://user:pass@host:port/vhost`", DEPLOY,
@@ -206,6 +214,11 @@ class Settings:
     def tracing(self) -> bool:
         """Whether traces are exported (an OTLP endpoint is set)."""
         return bool(self.otel_endpoint or self.otel_traces_endpoint)
+
+    @property
+    def transaction_pooler(self) -> bool:
+        """Whether DATABASE_POOLER says a pooler in transaction mode is in front of Postgres."""
+        return self.database_pooler == TRANSACTION_POOLING
 
     def secrets_for(self, provider: str) -> tuple[str, ...]:
         return self.secrets.get(provider, ())

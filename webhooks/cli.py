@@ -59,6 +59,20 @@ def procfile_settings(*, broker: bool = True) -> Settings:
     return settings
 
 
+def process_settings() -> Settings:
+    """Settings of a long-running Procfile process (`web`, `worker`, `clock`, `console`):
+    procfile_settings, logging configured, and the start-up check of the path to the
+    database (shared/pooler.py: a pooler in transaction mode that DATABASE_POOLER does not
+    name is one WARNING line)."""
+    settings = procfile_settings()
+    from shared import pooler
+    from shared.logs import configure_logging
+
+    configure_logging(settings)
+    pooler.warn_if_unnamed(settings)
+    return settings
+
+
 def local_settings() -> Settings:
     """Settings of an operator's command: DATABASE_URL, else the database (and broker) of
     a `webhooks dev` running in this folder, else exit 1 naming the variable."""
@@ -153,7 +167,7 @@ def migrate() -> None:
               help="Interface to listen on ($PORT is the port).")
 def web(workers: int | None, threads: int | None, host: str) -> None:
     """The ingest HTTP server (granian) on $PORT."""
-    settings = procfile_settings()
+    settings = process_settings()
     with _metrics_folder(settings, "web"):  # set before prometheus_client is imported
         from ingest.server import serve
 
@@ -168,7 +182,7 @@ def web(workers: int | None, threads: int | None, host: str) -> None:
                    "loop (and waits on Postmark); the others apply jobs.")
 def worker(processes: int, threads: int) -> None:
     """Dramatiq workers: job processing and outbox dispatch."""
-    settings = procfile_settings()
+    settings = process_settings()
     # The longest an idle consumer waits between polls of the broker (ms): the notices
     # (shared/redis_broker.py) wake it sooner; a lost notice costs at most this.
     os.environ.setdefault("dramatiq_worker_timeout", "100")
@@ -202,11 +216,9 @@ def _serve_worker_metrics(settings: Settings) -> None:
 @main.command()
 def clock() -> None:
     """Periodic tasks: sweeper (lost wake-ups, retries) and nightly retention."""
-    settings = procfile_settings()
-    from shared.logs import configure_logging
+    settings = process_settings()
     from webhooks.clock.schedule import run
 
-    configure_logging(settings)
     run(settings)
 
 
@@ -460,7 +472,7 @@ def show(provider: str, event_id: str, as_json: bool) -> None:
 def console(host: str | None) -> None:
     """The operator console on $CONSOLE_PORT (HTTP Basic auth: CONSOLE_USER and
     CONSOLE_PASSWORD)."""
-    settings = procfile_settings()
+    settings = process_settings()
     from webhooks.console.app import serve
     from webhooks.console.settings import ConsoleSettings
 

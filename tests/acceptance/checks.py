@@ -2,15 +2,18 @@
 fake Postmark must hold exactly what delivering each logical event once would give.
 
 Reads only the tables and columns of the public data model (webhook_events, jobs, accounts,
-ledger_entries, subscriptions, outbox) and what the fake Postmark recorded.
+ledger_entries, subscriptions, outbox) and what the fake Postmark recorded; for a system
+behind PgBouncer, also what PgBouncer and pg_stat_activity say of the path to Postgres.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from shared import db
 from tests.acceptance.harness import System
 from tests.acceptance.senders import Answer
 from tests.acceptance.world import World
@@ -115,3 +118,36 @@ def assert_one_first_delivery(answers: Iterable[Answer]) -> None:
 
 def statuses(answers: Iterable[Answer]) -> dict[int, int]:
     return dict(sorted(Counter(answer.status for answer in answers).items()))
+
+
+def pooled_transactions(system: System) -> int:
+    """Transactions the system's PgBouncer has passed on to its database so far."""
+    assert system.pgbouncer is not None, "a pooled System"
+    return system.pgbouncer.transactions("webhooks")
+
+
+def assert_through_the_pooler(system: System, transactions_before: int, at_least: int) -> None:
+    """The processes reached Postgres only through the system's PgBouncer: it passed on at
+    least `at_least` transactions since `transactions_before`, and every session of theirs
+    on the server (shared.db.APPLICATION_NAME) is one PgBouncer opened. A process that
+    connected direct would show as a session from a port PgBouncer does not hold."""
+    assert system.pgbouncer is not None, "a pooled System"
+    passed = pooled_transactions(system) - transactions_before
+    assert passed >= at_least, f"PgBouncer passed on {passed} transactions, not {at_least}"
+
+    def sessions() -> tuple[int, list[int]]:
+        ports = [int(row.client_port) for row in system.rows(
+            "SELECT coalesce(client_port, -1) AS client_port FROM pg_stat_activity "
+            "WHERE application_name = :name AND datname = current_database()",
+            name=db.APPLICATION_NAME)]
+        pooled = system.pgbouncer.server_ports()  # type: ignore[union-attr]
+        return sum(port in pooled for port in ports), [p for p in ports if p not in pooled]
+
+    # A session PgBouncer closes between the two reads is no bypass: read until stable.
+    pooled, direct = sessions()
+    for _ in range(20):
+        if not direct:
+            break
+        time.sleep(0.5)
+        pooled, direct = sessions()
+    assert pooled > 0 and not direct, f"{pooled} sessions through PgBouncer, direct: {direct}"

@@ -1,5 +1,6 @@
-"""One running system for the acceptance tier (harness.System), shared by its tests: each
-test starts from healed servers and processes, empty tables and a fresh fake Postmark."""
+"""One running system for the acceptance tier (harness.System), shared by its tests, and
+one behind PgBouncer for the tests that also run through a pooler: each test starts from
+healed servers and processes, empty tables and a fresh fake Postmark."""
 
 from __future__ import annotations
 
@@ -21,8 +22,28 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
         running.stop()
 
 
+@pytest.fixture(scope="session")
+def pooled_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    """The same system with PgBouncer in transaction mode between the processes and
+    Postgres (harness.System's `pooled`), for the tests that run through it too."""
+    running = System(tmp_path_factory.mktemp("acceptance-pooled"), pooled=True)
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+
+
 @pytest.fixture()
 def fresh(system: System, request: pytest.FixtureRequest) -> Iterator[System]:
+    yield from _fresh(system, request)
+
+
+@pytest.fixture()
+def fresh_pooled(pooled_system: System, request: pytest.FixtureRequest) -> Iterator[System]:
+    yield from _fresh(pooled_system, request)
+
+
+def _fresh(system: System, request: pytest.FixtureRequest) -> Iterator[System]:
     system.heal()
     system.reset()
     yield system

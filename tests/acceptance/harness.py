@@ -4,6 +4,8 @@
   the ones the pgserver package ships), on a free port, run as a non-root OS user
   (Postgres refuses root); stopped and started again mid-test for outages;
 - a PRIVATE Redis on a free port, without persistence: an outage loses its messages;
+- for the tests that run through a pooler too, a PRIVATE PgBouncer in transaction mode
+  between the processes and Postgres (System's `pooled`);
 - the fake Postmark (tests/fakes/postmark_server.py) as its own process;
 - the Procfile's entries, each run as a platform runs it: `release` to completion, then
   `web`, two `worker` and one `clock`, every one through a shell in its own process
@@ -201,6 +203,124 @@ class PrivatePostgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# --- PgBouncer --------------------------------------------------------------------------
+
+
+def pgbouncer_version(binary: str) -> tuple[int, ...]:
+    """`pgbouncer --version`'s first line, `PgBouncer 1.18.0`, as (1, 18, 0)."""
+    first = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                           timeout=10, check=True).stdout.split()
+    return tuple(int(part) for part in first[1].split(".") if part.isdigit())
+
+
+def shipped_pgbouncer_settings() -> dict[str, str]:
+    """The [pgbouncer] settings of deploy/pgbouncer/pgbouncer.ini (transaction mode, its
+    sockets' keepalives), which the private PgBouncer runs with."""
+    import configparser
+
+    shipped = configparser.ConfigParser(interpolation=None)
+    shipped.read(ROOT / "deploy" / "pgbouncer" / "pgbouncer.ini")
+    return dict(shipped["pgbouncer"])
+
+
+class PrivatePgbouncer:
+    """PgBouncer in transaction pooling mode in front of a Postgres, as a platform's pooler
+    runs (Heroku's, Supabase's), with the settings of deploy/pgbouncer/pgbouncer.ini: its
+    own ini and userlist in a temporary folder, a free port, trust authentication, and
+    the admin console (database `pgbouncer`) for the tests' questions. Like Postgres it
+    refuses root: as root it runs as the server's OS user.
+
+    ignore_options: accept libpq's `options` startup parameter and drop it (a pooler set
+    up that way says nothing, it just loses the options), instead of refusing the
+    connection as PgBouncer does by default."""
+
+    def __init__(self, upstream_host: str, upstream_port: int, *, pool_size: int = 20,
+                 ignore_options: bool = False) -> None:
+        self.binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        self.user = _server_os_user()
+        self.dir = Path(tempfile.mkdtemp(prefix="webhooks-pgbouncer-"))
+        self.log = self.dir / "pgbouncer.log"
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        settings = {
+            **shipped_pgbouncer_settings(),
+            "listen_addr": "127.0.0.1", "listen_port": str(self.port), "unix_socket_dir": "",
+            "auth_type": "trust", "auth_file": str(self.dir / "userlist.txt"),
+            "admin_users": "postgres",
+            # Fewer server sessions than the processes have client connections, as in
+            # production: transactions of one client run in whichever session is free.
+            "default_pool_size": str(pool_size), "max_client_conn": "1000",
+            "logfile": str(self.log), "pidfile": "",
+        }
+        if settings["pool_mode"] != "transaction":
+            raise RuntimeError("deploy/pgbouncer/pgbouncer.ini: pool_mode must be transaction")
+        if pgbouncer_version(self.binary) >= (1, 21):  # it can keep prepared statements:
+            settings["max_prepared_statements"] = "0"  # not here, as before 1.21
+        if ignore_options:
+            settings["ignore_startup_parameters"] = "options"
+        ini = ["[databases]", f"* = host={upstream_host} port={upstream_port}", "",
+               "[pgbouncer]", *(f"{name} = {value}" for name, value in settings.items())]
+        (self.dir / "pgbouncer.ini").write_text("\n".join(ini) + "\n")
+        (self.dir / "userlist.txt").write_text('"postgres" ""\n')
+        if self.user:
+            entry = pwd.getpwnam(self.user)
+            for path in (self.dir, *self.dir.iterdir()):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> PrivatePgbouncer:
+        kwargs: dict[str, Any] = {}
+        if self.user:
+            entry = pwd.getpwnam(self.user)
+            kwargs = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+        self.process = subprocess.Popen(
+            [self.binary, str(self.dir / "pgbouncer.ini")], cwd=self.dir,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            **kwargs)
+        wait_for(lambda: self.show("VERSION"), 30, "PgBouncer start")
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def show(self, what: str) -> list[dict[str, Any]]:
+        """`SHOW <what>` on the admin console, each row a dict. The console speaks only the
+        simple query protocol, which psycopg uses for a query without parameters."""
+        import psycopg
+        from psycopg.rows import dict_row
+
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} dbname=pgbouncer "
+                             "user=postgres connect_timeout=3", autocommit=True,
+                             row_factory=dict_row) as conn:
+            return conn.execute(f"SHOW {what}").fetchall()  # type: ignore[arg-type]
+
+    def transactions(self, database: str) -> int:
+        """Transactions PgBouncer has passed on to `database` since it started."""
+        return sum(int(row["total_xact_count"]) for row in self.show("STATS")
+                   if row["database"] == database)
+
+    def server_ports(self) -> set[int]:
+        """The local ports of PgBouncer's connections to the server: pg_stat_activity's
+        client_port of each session it opened."""
+        return {int(row["local_port"]) for row in self.show("SERVERS")}
+
+    def client_ports(self, server_ports: set[int]) -> set[int]:
+        """The ports of the client connections whose transactions run right now in the
+        server sessions that have these client_port values."""
+        links = {row["link"] for row in self.show("SERVERS")
+                 if int(row["local_port"]) in server_ports and row["link"]}
+        return {int(row["port"]) for row in self.show("CLIENTS") if row["ptr"] in links}
+
+
 # --- Redis ------------------------------------------------------------------------------
 
 
@@ -381,16 +501,22 @@ class Supervisor(threading.Thread):
 
 
 class System:
-    """Private Postgres and Redis, the fake Postmark, and the Procfile's processes."""
+    """Private Postgres and Redis, the fake Postmark, and the Procfile's processes.
 
-    def __init__(self, workdir: Path, postgres: PrivatePostgres | None = None,
-                 **env: str) -> None:
-        """postgres: the server to create and use (a replicated pair's primary), else a
-        PrivatePostgres of its own; env: more variables for every process (DATABASE_URL
-        too: the pair's two hosts)."""
+    pooled: web, worker and clock reach Postgres through a PrivatePgbouncer in transaction
+    mode, with DATABASE_POOLER=transaction; `release` runs direct, as a release step
+    usually does (migrations take locks and build indexes outside a transaction), and so
+    do the tests' own queries (self.engine). postgres: the server to create and use (a
+    replicated pair's primary), else a PrivatePostgres of its own; env: more variables for
+    every process (DATABASE_URL too: the pair's two hosts)."""
+
+    def __init__(self, workdir: Path, postgres: PrivatePostgres | None = None, *,
+                 pooled: bool = False, **env: str) -> None:
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.postgres = postgres or PrivatePostgres()
+        self.pgbouncer = (PrivatePgbouncer("127.0.0.1", self.postgres.port) if pooled
+                          else None)
         self.redis = PrivateRedis(self.dir)
         self.web_port = free_port()
         self.extra_env = env
@@ -427,8 +553,15 @@ class System:
             "TEST_HANDLER_SLEEP": "0.2",
             "PYTHONPATH": str(ROOT),
             "WORKER_METRICS_PORT": "0",  # not the machine's shared default port
+            **self.pooler_env(),
             **self.extra_env,
         }
+
+    def pooler_env(self) -> dict[str, str]:
+        if self.pgbouncer is None:
+            return {}
+        return {"DATABASE_URL": self.pgbouncer.url("webhooks"),
+                "DATABASE_POOLER": "transaction"}
 
     @property
     def base_url(self) -> str:
@@ -437,6 +570,8 @@ class System:
     def start(self) -> System:
         atexit.register(self.stop)  # a run cut short leaves no server behind
         self.postgres.create()
+        if self.pgbouncer is not None:
+            self.pgbouncer.start()
         self.redis.start()
         self._start_postmark()
         self.engine = sa.create_engine(
@@ -445,7 +580,7 @@ class System:
         entries = procfile()
         env = self.env()
         for _ in range(2):  # `release` is safe to run again: run it twice
-            self.release(entries["release"], env)
+            self.release(entries["release"], {**env, "DATABASE_URL": self.postgres.url})
         names = ["web", "worker", "worker", "clock"]
         for index, name in enumerate(names):
             label = f"{name}.{names[:index].count(name) + 1}" if name == "worker" else name
@@ -494,6 +629,8 @@ class System:
             self.postmark.kill()
             self.postmark.wait(10)
         self.redis.stop()
+        if self.pgbouncer is not None:
+            self.pgbouncer.stop()
         self.postgres.destroy()
 
     # --- the processes ---
@@ -523,11 +660,14 @@ class System:
 
     def workers_in_transaction(self) -> list[tuple[Service, int]]:
         """(worker, pid of its process) for every job transaction open right now in a
-        test handler's pg_sleep: Postgres names each backend's client port, and
+        test handler's pg_sleep: Postgres names each backend's client port (through the
+        pooler, PgBouncer names the client whose transaction runs there), and
         /proc/net/tcp and /proc/PID/fd tell which process holds that socket."""
         ports = {int(r.client_port) for r in self.rows(
             "SELECT client_port FROM pg_stat_activity WHERE state = 'active' "
             "AND query LIKE 'SELECT pg_sleep%' AND client_port IS NOT NULL")}
+        if self.pgbouncer is not None:  # those are PgBouncer's: the clients it serves now
+            ports = self.pgbouncer.client_ports(ports)
         if not ports:
             return []
         inodes = set()
@@ -591,6 +731,8 @@ class System:
         parts = [f"--- {s.name} (exits {s.exits}) ---\n{tail(s.log, lines)}"
                  for s in self.services]
         parts.append(f"--- postgres ---\n{tail(self.postgres.log, 10)}")
+        if self.pgbouncer is not None:
+            parts.append(f"--- pgbouncer ---\n{tail(self.pgbouncer.log, 10)}")
         return "\n".join(parts)
 
     # --- the database and the fake Postmark ---

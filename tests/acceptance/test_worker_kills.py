@@ -1,6 +1,7 @@
 """Guarantee 2 (docs/guarantees.md): a worker killed at any moment (kill -9) loses nothing
 and applies nothing twice; its work is done by another worker (or by itself, restarted as a
-platform does).
+platform does). And the same through a pooler in transaction mode (docs/several-hosts.md,
+"Behind a pooler").
 
 Among the jobs are test handler events (World.slow_credit) that add to a balance with no
 business key and hold their transaction open 0.2 s: most kills land inside one, and a job
@@ -55,6 +56,22 @@ def rollbacks(system: System) -> int:
 
 
 def test_workers_killed_during_a_drain_apply_every_job_once(fresh: System) -> None:
+    drain_with_kills(fresh)
+
+
+def test_workers_killed_through_a_transaction_pooler_apply_every_job_once(
+        fresh_pooled: System) -> None:
+    """The same, with web, worker and clock behind PgBouncer in transaction mode
+    (DATABASE_POOLER=transaction; harness.System's `pooled`): a killed worker's client
+    connection ends at PgBouncer, which closes the server session of its open transaction,
+    and the server rolls it back."""
+    before = checks.pooled_transactions(fresh_pooled)
+    jobs = drain_with_kills(fresh_pooled)
+    checks.assert_through_the_pooler(fresh_pooled, before, at_least=jobs)
+
+
+def drain_with_kills(fresh: System) -> int:
+    """The scenario and its checks; the number of jobs."""
     rng = random.Random(7002)
     world = World(rng=random.Random(7003))
     backlog = events(world, *BACKLOG, rng)
@@ -85,9 +102,11 @@ def test_workers_killed_during_a_drain_apply_every_job_once(fresh: System) -> No
     attempts = dict(fresh.rows("SELECT attempts, count(*) FROM jobs GROUP BY 1 ORDER BY 1"))
     email_attempts = dict(fresh.rows(
         "SELECT attempts, count(*) FROM outbox GROUP BY 1 ORDER BY 1"))
-    print(f"\nworker kills: {len(world.events)} jobs ({len(backlog)} backlog, "
+    path = "through PgBouncer" if fresh.pgbouncer is not None else "direct"
+    print(f"\nworker kills ({path}): {len(world.events)} jobs ({len(backlog)} backlog, "
           f"{len(streamed)} streamed at {STREAM_RATE:.0f}/s; {BACKLOG[1] + STREAMED[1]} "
           f"slow credits) drained in {drained:.1f}s with {len(kills)} kill -9, {mid_job} "
           f"inside a job transaction {[what for what, _ in kills]}; {rolled_back} "
           f"transactions rolled back; {restarts} worker restarts; job attempts {attempts}; "
           f"email attempts {email_attempts}; emails settled {settling:.1f}s later; {counts}")
+    return len(world.events)

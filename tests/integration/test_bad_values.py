@@ -23,6 +23,7 @@ PROCESSES = ("web", "worker", "clock", "console", "migrate")
 
 BAD_VALUES: dict[str, str] = {
     "DATABASE_URL": "mysql://u@h/db",
+    "DATABASE_POOLER": "session",
     "BROKER_URL": "redis://",
     "PORT": "eighty",
     "STANDARD_WEBHOOK_SECRET": "whsec_not*base64",
