@@ -3,7 +3,9 @@
 - sweep, every SWEEP_INTERVAL_SECONDS (clock/sweep.py);
 - reconcile, every RECONCILE_INTERVAL_SECONDS, each provider with API credentials, from
   its last successful run (less a margin) or 72 hours back (shared/reconciliation);
-- prune, nightly: retention (shared/retention.py).
+- prune, nightly: retention (shared/retention.py);
+- audit, every AUDIT_INTERVAL_SECONDS: `webhooks audit`'s checks (shared/audit.py), each
+  violation logged at ERROR, each check's count recorded for web's /metrics.
 
 Several clocks running by mistake do no harm: each tick takes a Postgres advisory lock
 and skips if another clock holds it, and the work it triggers is idempotent anyway.
@@ -21,7 +23,8 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.engine import Engine
 
 from clock.sweep import sweep
-from shared import db, queries, reconciliation, retention, wakeups
+from shared import audit as audits
+from shared import db, hooks, queries, reconciliation, retention, wakeups
 from shared.errors import describe
 from shared.settings import Settings
 
@@ -64,6 +67,22 @@ def reconcile(settings: Settings, engine: Engine, broker: dramatiq.Broker,
     return result
 
 
+def audit(engine: Engine) -> audits.Report | None:
+    """One audit of every row, unless another clock is running one (None): each violation
+    logged at ERROR, naming its check and rows, and the counts recorded."""
+    report = audits.audit_unless_running(engine)
+    if report is None:
+        return None
+    for violation in report.violations:
+        log.error("audit: %s", violation.finding.message,
+                  extra={"check": violation.check, "provider": violation.provider,
+                         "rows": violation.finding.rows})
+    audits.record(engine, report)
+    log.info("audited", extra={"violations": len(report.violations),
+                               "seconds": round(sum(report.seconds.values()), 3)})
+    return report
+
+
 def run(settings: Settings) -> None:
     engine = db.create_engine(settings, pool_size=2)
     # record_event's engine: each statement its own transaction, committed at once.
@@ -82,6 +101,11 @@ def run(settings: Settings) -> None:
                               next_run_time=datetime.now(UTC))
     scheduler.add_job(_safely(prune), "cron", args=(engine, settings.retention_days),
                       hour=3, minute=17, id="prune", max_instances=1, coalesce=True)
+    if settings.audit_interval_seconds > 0:
+        hooks.load(settings.handler_modules)  # the apps' audit checks
+        scheduler.add_job(_safely(audit), "interval", args=(engine,),
+                          seconds=settings.audit_interval_seconds, id="audit",
+                          max_instances=1, coalesce=True)
     log.info("clock started", extra={"sweep_interval": settings.sweep_interval_seconds})
     try:
         scheduler.start()

@@ -82,6 +82,15 @@ reconciled_events = Gauge(
     "before it): a sign that deliveries go missing.", ["provider"],
     multiprocess_mode="mostrecent",
 )
+# The clock's last audit (shared/audit.py), read from audit_results at scrape time.
+audit_violations = Gauge(
+    "webhooks_audit_violations", "Violations the clock's last audit found, by check (0: it "
+    "held); `webhooks audit` names them.", ["check"], multiprocess_mode="mostrecent",
+)
+audit_last_run = Gauge(
+    "webhooks_audit_last_run_timestamp_seconds", "When the clock's last audit ran.",
+    multiprocess_mode="mostrecent",
+)
 
 # Jobs and emails, read from the database by web's /metrics (ingest/health.py, cached a few
 # seconds): the whole system's truth in one scrape, whichever process did the work.
