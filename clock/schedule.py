@@ -103,9 +103,11 @@ def run(settings: Settings) -> None:
                       hour=3, minute=17, id="prune", max_instances=1, coalesce=True)
     if settings.audit_interval_seconds > 0:
         hooks.load(settings.handler_modules)  # the apps' audit checks
+        # The first run at start, as reconciliation's: a clock restarted more often than
+        # the interval (every deploy) still audits.
         scheduler.add_job(_safely(audit), "interval", args=(engine,),
                           seconds=settings.audit_interval_seconds, id="audit",
-                          max_instances=1, coalesce=True)
+                          max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
     log.info("clock started", extra={"sweep_interval": settings.sweep_interval_seconds})
     try:
         scheduler.start()

@@ -300,3 +300,32 @@ def test_one_clock_at_a_time_audits(clean_db: Engine, settings: Settings) -> Non
         assert schedule.audit(engine) is None
     assert schedule.audit(engine) is not None
     engine.dispose()
+
+
+def test_the_clock_process_audits_at_start_and_every_interval(
+        processed: Engine, settings: Settings, tmp_path: Path) -> None:
+    execute(processed, "UPDATE accounts SET balance = balance + 1 WHERE customer_id IN "
+                       "(SELECT customer_id FROM accounts ORDER BY 1 LIMIT 1)")
+    env = {"DATABASE_URL": settings.database_url or "", "BROKER_URL": settings.broker_url or "",
+           "AUDIT_INTERVAL_SECONDS": "1", "LOG_FORMAT": "json"}
+    log = tmp_path / "clock.log"
+    clock = processes.start(["clock"], env, log)
+    try:
+        processes.wait_until(lambda: "audit: account " in log.read_text(), timeout=60)
+        with processed.connect() as conn:
+            first = conn.execute(sa.text("SELECT ran_at FROM audit_results "
+                                         "WHERE check_name = 'account balances'")).scalar_one()
+        execute(processed, "UPDATE accounts SET balance = balance + 1")  # every account now
+
+        def counted() -> bool:
+            with processed.connect() as conn:
+                return bool(conn.execute(sa.text(
+                    "SELECT violations > 1 AND ran_at > :first FROM audit_results "
+                    "WHERE check_name = 'account balances'"), {"first": first}).scalar())
+
+        processes.wait_until(counted, timeout=60)
+    finally:
+        processes.stop(clock)
+    errors = [json.loads(line) for line in log.read_text().splitlines()
+              if line.startswith("{") and '"audit: ' in line]
+    assert errors and all(line["level"] == "error" for line in errors), errors[:2]
