@@ -46,6 +46,7 @@ BAD_VALUES: dict[str, str] = {
     "GITHUB_API_BASE": "https://[::1",
     "GITHUB_HOOKS": "repos/acme",
     "RECONCILE_INTERVAL_SECONDS": "hourly",
+    "AUDIT_INTERVAL_SECONDS": "-1",
     "TRUSTED_PROXIES": "33",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://[collector",
