@@ -320,6 +320,8 @@ def render_tables(folder: Path = RESULTS) -> str:
         parts.append(_scaleout_table(*found, folder))
     if found := _newest_with(folder, "growth"):
         parts.append(_growth_table(*found, folder))
+    if found := _newest_with(folder, "audit"):
+        parts.append(_audit_table(*found, folder))
     parts.append(_history_table(folder))
     return "\n\n".join(parts)
 
@@ -408,6 +410,26 @@ def _growth_table(run: dict[str, Any], path: Path, folder: Path) -> str:
     chart = path.with_name(f"{path.stem}-growth.png")
     if chart.exists():
         lines += ["", f"![ingest and drain against history]({_relative(chart, folder)})"]
+    return "\n".join(lines)
+
+
+def _audit_table(run: dict[str, Any], path: Path, folder: Path) -> str:
+    """`webhooks audit` on a large database (benchmarks/audit.py): seconds per check."""
+    result = run["audit"]
+    name = _relative(path, folder)
+    rows = run["fill"]["rows"]
+    names = list(result["all"]["checks"])
+    lines = [f"### Audit: [`{name}`]({name})", "", _run_line(run), "",
+             f"`webhooks audit` on {_n(rows['webhook_events'])} events, "
+             f"{_n(rows['ledger_entries'])} ledger entries, {_n(rows['accounts'])} accounts, "
+             f"{_n(rows['outbox'])} emails, in seconds (target: within 60 s at 200,000 "
+             "events).", "",
+             "| run | total | " + " | ".join(names) + " |",
+             "| --- | ---: | " + " | ".join("---:" for _ in names) + " |"]
+    for label in ("all", "since_1_day"):
+        checks = result[label]["checks"]
+        lines.append(f"| {label.replace('_', ' ')} | {_fixed3(result[label]['seconds'])} | "
+                     + " | ".join(_fixed3(checks.get(n)) for n in names) + " |")
     return "\n".join(lines)
 
 

@@ -6,6 +6,8 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
@@ -75,10 +77,10 @@ def _database_gauges() -> DatabaseGauges:
 
 
 def _read_gauges(conn: sa.Connection) -> None:
-    """Queue depth, jobs, emails, the oldest due job, paused providers, reconciliation and
-    failovers, read from the tables (the truth). Every statement uses an index or the
-    statistics except the exact counts, which run only while the tables are small
-    (shared/queries.py)."""
+    """Queue depth, jobs, emails, the oldest due job, paused providers, reconciliation,
+    failovers and the last audit, read from the tables (the truth). Every statement uses
+    an index or the statistics except the exact counts, which run only while the tables
+    are small (shared/queries.py)."""
     jobs_due = conn.execute(queries.JobCountDue).scalar_one()
     emails_due = conn.execute(queries.OutboxCountDue).scalar_one()
     reconciliation = conn.execute(queries.ReconcileRunState).all()
@@ -89,6 +91,7 @@ def _read_gauges(conn: sa.Connection) -> None:
     job_counts = _job_counts(conn, rows.get("jobs", -1.0))
     email_counts = _email_counts(conn, rows.get("outbox", -1.0))
     oldest = {row.provider: float(row.age) for row in conn.execute(queries.MetricsOldestDue)}
+    audited = conn.execute(queries.AuditResultsRead).all()
 
     metrics.database_failovers.set(failovers)
     metrics.queue_depth.labels("jobs").set(jobs_due)
@@ -108,6 +111,15 @@ def _read_gauges(conn: sa.Connection) -> None:
         metrics.reconciled_events.labels(row.provider).set(row.found)
         if row.last_success is not None:
             metrics.reconcile_last_success.labels(row.provider).set(float(row.last_success))
+    _set_audit(audited)
+
+
+def _set_audit(rows: Sequence[sa.Row[Any]]) -> None:
+    """The clock's last audit: each check's count, and when it ran (none before the first)."""
+    for row in rows:
+        metrics.audit_violations.labels(row.check_name).set(row.violations)
+    if rows:
+        metrics.audit_last_run.set(max(float(row.ran_at) for row in rows))
 
 
 def _job_counts(conn: sa.Connection, estimated_rows: float) -> dict[tuple[str, str], int]:

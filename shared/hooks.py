@@ -185,11 +185,17 @@ def audit_checks() -> list[tuple[str, str]]:
     return list(_audit_checks)
 
 
+def run_audit_check(conn: Connection, provider: str, name: str,
+                    since: datetime | None = None) -> list[Violation]:
+    """The findings of provider's check `name`."""
+    return [Violation(name, provider, finding)
+            for finding in _audit_checks[(provider, name)](conn, since)]
+
+
 def run_audit_checks(conn: Connection, since: datetime | None = None) -> list[Violation]:
     """Every registered check's findings, check after check."""
-    return [Violation(name, provider, finding)
-            for (provider, name), check in _audit_checks.items()
-            for finding in check(conn, since)]
+    return [violation for provider, name in _audit_checks
+            for violation in run_audit_check(conn, provider, name, since)]
 
 
 def load(modules: Iterable[str] = (), *, builtin: Iterable[str] = BUILTIN_HOOK_MODULES) -> None:

@@ -89,6 +89,15 @@ database_failovers = Gauge(
     "server, after the first one recorded); each is followed by a reconciliation of every "
     "provider with credentials.", multiprocess_mode="mostrecent",
 )
+# The clock's last audit (shared/audit.py), read from audit_results at scrape time.
+audit_violations = Gauge(
+    "webhooks_audit_violations", "Violations the clock's last audit found, by check (0: it "
+    "held); `webhooks audit` names them.", ["check"], multiprocess_mode="mostrecent",
+)
+audit_last_run = Gauge(
+    "webhooks_audit_last_run_timestamp_seconds", "When the clock's last audit ran.",
+    multiprocess_mode="mostrecent",
+)
 
 # Jobs and emails, read from the database by web's /metrics (ingest/health.py, cached a few
 # seconds): the whole system's truth in one scrape, whichever process did the work.

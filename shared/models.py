@@ -282,3 +282,14 @@ failover_reconciles = Table(
     ForeignKeyConstraint(["timeline_id"], ["database_timelines.timeline_id"],
                          ondelete="CASCADE"),
 )
+
+# The clock's last audit (shared/audit.py), one row per check: how many violations it
+# found (0: the check held) and when; web's /metrics shows them (webhooks_audit_violations).
+audit_results = Table(
+    "audit_results",
+    metadata,
+    Column("check_name", Text, nullable=False),
+    Column("violations", Integer, nullable=False),
+    Column("ran_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("check_name"),
+)

@@ -374,6 +374,75 @@ FailoverReconcileMarkDone = text("""
 # For /metrics: the failovers seen, exact (a handful of rows), whichever clock saw them.
 MetricsFailovers = text("SELECT count(*) FROM database_timelines WHERE failover")
 
+# --- audit (`webhooks audit`, the clock's hourly run; shared/audit.py) ----------------
+#
+# Read-only, all in one snapshot: AuditSnapshot first, then every check, so that the
+# checks see one moment (a job marked done and its effects committed together are seen
+# together, or not at all). Each check names the rows it concerns. `:since`: NULL for every
+# row, else only rows recorded since then.
+
+# The first statement of the audit's transaction: a REPEATABLE READ snapshot that can
+# write nothing (a write is refused by Postgres, SQLSTATE 25006). Transaction-scoped, so
+# it holds through a pooler in transaction mode.
+# Proven by: test_audit.py::test_the_audit_runs_in_one_read_only_repeatable_read_snapshot,
+# ::test_the_audit_needs_only_the_right_to_read.
+AuditSnapshot = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+# Events without their job: EventJobInsert writes both in one statement and retention
+# deletes both (ON DELETE CASCADE), so none should exist. An anti-join through the jobs'
+# UNIQUE (provider, event_id) index.
+# Proven by: test_audit.py::test_the_audit_names_an_event_without_its_job.
+AuditEventsWithoutJob = text("""
+    SELECT e.provider, e.event_id, e.event_type, e.received_at FROM webhook_events e
+    WHERE NOT EXISTS (SELECT FROM jobs j
+                      WHERE j.provider = e.provider AND j.event_id = e.event_id)
+      AND (CAST(:since AS timestamptz) IS NULL OR e.received_at >= :since)
+    ORDER BY e.provider, e.event_id
+""")
+
+# Emails marked sent without Postmark's message id: OutboxMarkSentMany sets both, so
+# such a row was marked by something else, and cannot be matched to Postmark's message.
+# Proven by: test_audit.py::test_the_audit_names_a_sent_email_without_its_message_id.
+AuditSentWithoutMessageId = text(f"""
+    SELECT id, idempotency_key, kind, provider, event_id FROM outbox
+    WHERE status = '{SENT}' AND coalesce(message_id, '') = ''
+      AND (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
+    ORDER BY id
+""")
+
+# Jobs due for longer than :stale seconds (DUE: pending, run_at passed, provider not
+# paused): the sweeper wakes workers for due work every SWEEP_INTERVAL_SECONDS, so one due
+# for long means no worker runs, or its handler hangs. The partial pending index.
+# Proven by: test_audit.py::test_the_audit_names_a_job_due_too_long_unless_paused.
+AuditJobsDueTooLong = text(f"""
+    SELECT id, provider, event_id, event_type, attempts, run_at,
+           extract(epoch FROM now() - run_at) AS due_seconds
+    FROM jobs
+    WHERE {DUE} AND run_at < now() - make_interval(secs => :stale)
+      AND (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
+    ORDER BY run_at, id
+""")
+
+# The clock's last run, per check (0: it held), read by web's /metrics. One statement:
+# the counts of one run replace the previous run's, checks no longer registered go.
+# Proven by: test_audit.py::test_the_clock_logs_and_records_the_violations_metrics_show.
+AuditResultsReplace = text("""
+    WITH ran AS (
+        SELECT * FROM unnest(CAST(:checks AS text[]), CAST(:counts AS integer[]))
+            AS ran (check_name, violations)
+    ), gone AS (
+        DELETE FROM audit_results WHERE check_name <> ALL(CAST(:checks AS text[]))
+    )
+    INSERT INTO audit_results (check_name, violations, ran_at)
+    SELECT check_name, violations, now() FROM ran
+    ON CONFLICT (check_name) DO UPDATE
+        SET violations = EXCLUDED.violations, ran_at = EXCLUDED.ran_at
+""")
+
+AuditResultsRead = text("""
+    SELECT check_name, violations, extract(epoch FROM ran_at) AS ran_at FROM audit_results
+""")
+
 # --- periodic tasks -----------------------------------------------------------------
 
 # One clock at a time runs a task: a second clock (started by mistake) skips the tick

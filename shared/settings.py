@@ -121,6 +121,10 @@ class Settings:
         "first retry delay (doubles, jitter, capped at 1 h)", DEPLOY)
     sweep_interval_seconds: float = setting(
         "SWEEP_INTERVAL_SECONDS", v.number(positive=True), 15.0, "clock's sweep period", DEPLOY)
+    audit_interval_seconds: float = setting(
+        "AUDIT_INTERVAL_SECONDS", v.number(), 3600.0,
+        "how often the clock runs `webhooks audit` (violations logged at ERROR and on "
+        "`/metrics`); `0`: never", DEPLOY)
     retention_days: int = setting("RETENTION_DAYS", v.integer(1), 30,
                                   "age of pruned finished events", DEPLOY)
     postmark_server_token: str | None = setting(

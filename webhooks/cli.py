@@ -4,7 +4,7 @@ variable stops it with one line naming the variable (exit 2).
 The Procfile's processes (`migrate`, `web`, `worker`, `clock`, `console`) never start an
 embedded server: without DATABASE_URL (or BROKER_URL) they exit 1 at once, naming the
 variable. The operators' commands (`stats`, `replay`, `prune`, `events`, `show`,
-`reconcile`) use the database of a `webhooks dev` running in the current folder when
+`audit`, `reconcile`) use the database of a `webhooks dev` running in the current folder when
 DATABASE_URL is unset. Failures exit 1,
 bad usage 2.
 """
@@ -109,6 +109,8 @@ def _database(action: Callable[[], T]) -> T:
         return action()
     except (sa.exc.OperationalError, DatabaseUnavailable) as error:
         fail(f"database unavailable: {str(error).splitlines()[0]}")
+    except sa.exc.DBAPIError as error:  # a refusal (permissions, a missing table): one line
+        fail(f"database error: {str(error.orig or error).splitlines()[0]}")
 
 
 @contextmanager
@@ -360,22 +362,51 @@ def stats(days: int) -> None:
                    f"(`webhooks resume {provider}`)")
 
 
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_duration(text: str) -> timedelta | None:
+    """`90s`, `15m`, `1h`, `2d` as a timedelta; None for anything else. OverflowError for a
+    duration past timedelta's range."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        return None
+    return timedelta(**{_UNITS[match[2]]: int(match[1])})
+
+
+class Duration(click.ParamType):
+    """A duration: a whole number and its unit, `900s`, `15m`, `1h`, `2d`."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            duration = parse_duration(str(value))
+        except OverflowError:
+            duration = None
+        if duration is None:
+            self.fail(f"{value!r} is not a duration (900s, 15m, 1h, 2d)", param, ctx)
+        return duration
+
+
 class Moment(click.ParamType):
     """A date or time: ISO 8601 (`2026-11-30`, `2026-11-30T14:00`, `...+01:00`; UTC unless
     it says otherwise, as in the console), or an age (`90s`, `30m`, `6h`, `2d`) before now."""
 
     name = "TIME"
-    _AGE = re.compile(r"^(\d+)([smhd])$")
-    _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> datetime:
         if isinstance(value, datetime):
             return value
         text = str(value).strip()
-        if match := self._AGE.match(text):
+        if _DURATION.match(text):
             try:
-                return datetime.now(UTC) - timedelta(**{self._UNITS[match[2]]: int(match[1])})
+                return datetime.now(UTC) - (parse_duration(text) or timedelta())
             except (OverflowError, ValueError):
                 self.fail(f"{text!r} reaches back past the year 1", param, ctx)
         try:
@@ -460,6 +491,31 @@ def show(provider: str, event_id: str, as_json: bool) -> None:
     if detail is None:
         fail(f"no event {event_id} from {provider}")
     click.echo(tables.detail_json(detail) if as_json else tables.detail_text(detail))
+
+
+@main.command()
+@click.option("--since", type=Moment(), help="Only rows recorded at or after this time.")
+@click.option("--stale", type=Duration(), default="15m", show_default=True,
+              help="A job due (pending, its time come, its provider not paused) for longer "
+                   "is a violation.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per violation.")
+def audit(since: datetime | None, stale: timedelta, as_json: bool) -> None:
+    """Check the invariants exactly-once leaves behind, read-only, in one snapshot: each
+    event has its job, each done job its effects (the checks the apps register), each sent
+    email its Postmark id, no job due for longer than --stale. Prints each violation on a
+    line; exit 1 with violations."""
+    settings = local_settings()
+    from shared import audit as checks
+    from shared import hooks
+    from webhooks import tables
+
+    hooks.load(settings.handler_modules)  # the apps' audit checks: built-in and yours
+    report = _database(lambda: checks.audit(_engine(settings), since=since, stale=stale))
+    for violation in report.violations:
+        click.echo(tables.violation_json(violation) if as_json
+                   else tables.violation_text(violation))
+    if report.violations:
+        sys.exit(1)
 
 
 # --- the console and reconciliation ---------------------------------------------------

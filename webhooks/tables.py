@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from shared.events import EventDetail, EventRow
-from shared.hooks import Section
+from shared.hooks import Section, Violation
 from shared.terminal import visible
 
 EVENT_COLUMNS = ("status", "attempts", "age", "provider", "type", "event id", "last error")
@@ -162,3 +162,16 @@ def _section_lines(section: Section) -> list[str]:
 
 def _time(value: datetime | None) -> str:
     return value.isoformat(sep=" ", timespec="seconds") if value else "-"
+
+
+def violation_text(violation: Violation) -> str:
+    """One violation on one line (`audit`): its check, then what is wrong and where."""
+    return visible(f"{violation.check}: {violation.finding.message}")
+
+
+def violation_json(violation: Violation) -> str:
+    """One violation as one JSON object (`audit --json`): its check, the provider (the
+    app's that registered the check, or the rows'), the message and the rows concerned,
+    by table."""
+    return to_json({"check": violation.check, "provider": violation.provider or None,
+                    "message": violation.finding.message, "rows": violation.finding.rows})

@@ -2,19 +2,21 @@
 fake Postmark must hold exactly what delivering each logical event once would give.
 
 Reads only the tables and columns of the public data model (webhook_events, jobs, accounts,
-ledger_entries, subscriptions, outbox) and what the fake Postmark recorded; for a system
-behind PgBouncer, also what PgBouncer and pg_stat_activity say of the path to Postgres.
+ledger_entries, subscriptions, outbox) and what the fake Postmark recorded, and runs
+`webhooks audit`, which must hold; for a system behind PgBouncer, also what PgBouncer and
+pg_stat_activity say of the path to Postgres.
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 from shared import db
-from tests.acceptance.harness import System
+from tests.acceptance.harness import ROOT, System
 from tests.acceptance.senders import Answer
 from tests.acceptance.world import World
 
@@ -55,17 +57,24 @@ def assert_exactly_once(system: System, world: World) -> dict[str, Any]:
                          "FROM ledger_entries")
     credits: dict[str, list[int]] = defaultdict(list)
     refunded: Counter[str] = Counter()
+    slow_credits: dict[str, list[int]] = defaultdict(list)
     strays = []
     for row in ledger:
         if row.event_id in world.invoice_of_event:
             credits[world.invoice_of_event[row.event_id]].append(int(row.amount))
         elif row.event_id in world.charge_of_event:
             refunded[world.charge_of_event[row.event_id]] -= int(row.amount)
+        elif row.event_id in world.slow_credits:
+            slow_credits[row.event_id].append(int(row.amount))
         else:
             strays.append(row.event_id)
     want_credits = {i: [amount] for i, (_, _, amount) in world.invoices.items()}
     if dict(credits) != want_credits:
         failures.append(_diff("ledger credits per invoice", dict(credits), want_credits))
+    want_slow = {event_id: [100] for event_id in world.slow_credits}
+    if dict(slow_credits) != want_slow:
+        failures.append(_diff("ledger entries per test.slow_credit", dict(slow_credits),
+                              want_slow))
     if dict(refunded) != world.refunds:
         failures.append(_diff("ledger debits per charge", dict(refunded), world.refunds))
     if strays:
@@ -91,6 +100,11 @@ def assert_exactly_once(system: System, world: World) -> dict[str, Any]:
     if recipients != world.emails:
         failures.append(_diff("Postmark recipient per key", recipients, world.emails))
 
+    audited = audit(system)
+    if audited.returncode != 0:
+        failures.append(f"webhooks audit exited {audited.returncode}:\n"
+                        f"{audited.stdout[-3000:]}{audited.stderr[-2000:]}")
+
     assert not failures, "\n".join(failures) + "\n" + system.logs(15)
     return {
         "events": len(world.keys),
@@ -102,6 +116,14 @@ def assert_exactly_once(system: System, world: World) -> dict[str, Any]:
         "messages_per_key": sorted(set(by_key.values())),
         "postmark_requests": snapshot["requests"],
     }
+
+
+def audit(system: System) -> subprocess.CompletedProcess[str]:
+    """`webhooks audit` run as an operator runs it, against the system's database, with the
+    workers' handlers (and so their audit checks): guarantee 11 says it exits 0 on every
+    database these scenarios leave."""
+    return subprocess.run(["webhooks", "audit"], env=system.env(), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
 
 
 def assert_one_first_delivery(answers: Iterable[Answer]) -> None:

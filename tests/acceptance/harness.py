@@ -45,7 +45,7 @@ from tests.acceptance.signing import SECRET_VARIABLES, SECRETS
 ROOT = Path(__file__).resolve().parents[2]
 POSTMARK_TOKEN = "acceptance-postmark-token"
 TABLES = ("outbox", "ledger_entries", "accounts", "subscriptions", "webhook_duplicates",
-          "reconcile_runs", "paused_providers", "jobs", "webhook_events",
+          "reconcile_runs", "paused_providers", "audit_results", "jobs", "webhook_events",
           "failover_reconciles", "database_timelines")
 
 

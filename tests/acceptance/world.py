@@ -50,6 +50,7 @@ class World:
     charge_of_event: dict[str, str] = field(default_factory=dict)
     subscriptions: dict[str, str] = field(default_factory=dict)
     emails: dict[str, str] = field(default_factory=dict)  # idempotency key -> recipient
+    slow_credits: set[str] = field(default_factory=set)  # test.slow_credit's event ids
     customers: list[str] = field(default_factory=list)
     _clock: int = 1_700_000_000
 
@@ -137,6 +138,7 @@ class World:
         customer = self.customer()
         event = self._stripe("test.slow_credit", {"customer": customer})
         self.balances[(customer, "usd")] += 100
+        self.slow_credits.add(event.event_id)
         return [event]
 
     def unhandled_stripe(self) -> list[Event]:

@@ -48,6 +48,7 @@ BAD_VALUES: dict[str, str] = {
     "GITHUB_HOOKS": "repos/acme",
     "RECONCILE_INTERVAL_SECONDS": "hourly",
     "RECONCILE_AFTER_FAILOVER_HOURS": "-1",
+    "AUDIT_INTERVAL_SECONDS": "-1",
     "TRUSTED_PROXIES": "33",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://[collector",

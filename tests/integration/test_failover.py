@@ -84,7 +84,7 @@ def test_a_new_timeline_is_a_failover_recorded_once(  # type: ignore[no-untyped-
         with clean_db.begin() as conn:
             conn.execute(sa.text("UPDATE database_timelines SET timeline_id = timeline_id "
                                  "+ 1000, first_seen_at = now() - interval '1 day'"))
-        with caplog.at_level(logging.WARNING, logger="clock.sweep"):
+        with caplog.at_level(logging.WARNING, logger="webhooks.clock.sweep"):
             seen = sweep(engine, broker)
             assert sweep(engine, broker).timeline is None  # type: ignore[union-attr]
     finally:

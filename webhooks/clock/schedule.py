@@ -6,7 +6,9 @@
 - after a failover, every SWEEP_INTERVAL_SECONDS whatever RECONCILE_INTERVAL_SECONDS says:
   each provider with credentials not yet reconciled over RECONCILE_AFTER_FAILOVER_HOURS
   before the latest failover the sweep recorded (shared/failover.py);
-- prune, nightly: retention (shared/retention.py).
+- prune, nightly: retention (shared/retention.py);
+- audit, every AUDIT_INTERVAL_SECONDS: `webhooks audit`'s checks (shared/audit.py), each
+  violation logged at ERROR, each check's count recorded for web's /metrics.
 
 Several clocks running by mistake do no harm: each tick takes a Postgres advisory lock
 and skips if another clock holds it, and the work it triggers is idempotent anyway.
@@ -23,7 +25,8 @@ import dramatiq
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.engine import Engine
 
-from shared import db, failover, queries, reconciliation, retention, wakeups
+from shared import audit as audits
+from shared import db, failover, hooks, queries, reconciliation, retention, wakeups
 from shared.errors import describe
 from shared.settings import Settings
 from webhooks.clock.sweep import sweep
@@ -90,6 +93,22 @@ def reconcile_after_failover(settings: Settings, engine: Engine,
     return results
 
 
+def audit(engine: Engine) -> audits.Report | None:
+    """One audit of every row, unless another clock is running one (None): each violation
+    logged at ERROR, naming its check and rows, and the counts recorded."""
+    report = audits.audit_unless_running(engine)
+    if report is None:
+        return None
+    for violation in report.violations:
+        log.error("audit: %s", violation.finding.message,
+                  extra={"check": violation.check, "provider": violation.provider,
+                         "rows": violation.finding.rows})
+    audits.record(engine, report)
+    log.info("audited", extra={"violations": len(report.violations),
+                               "seconds": round(sum(report.seconds.values()), 3)})
+    return report
+
+
 def run(settings: Settings) -> None:
     engine = db.create_engine(settings, pool_size=2, local_commits=True)
     # record_event's engine: each statement its own transaction, committed at once.
@@ -114,6 +133,13 @@ def run(settings: Settings) -> None:
                           max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
     scheduler.add_job(_safely(prune), "cron", args=(engine, settings.retention_days),
                       hour=3, minute=17, id="prune", max_instances=1, coalesce=True)
+    if settings.audit_interval_seconds > 0:
+        hooks.load(settings.handler_modules)  # the apps' audit checks
+        # The first run at start, as reconciliation's: a clock restarted more often than
+        # the interval (every deploy) still audits.
+        scheduler.add_job(_safely(audit), "interval", args=(engine,),
+                          seconds=settings.audit_interval_seconds, id="audit",
+                          max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
     log.info("clock started", extra={"sweep_interval": settings.sweep_interval_seconds})
     try:
         scheduler.start()
