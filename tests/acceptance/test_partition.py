@@ -314,13 +314,15 @@ def test_a_cut_off_clock_gives_up_its_lock_and_another_sweeps(hosts: Hosts) -> N
     hosts.insert("test.slow_credit", "cus_due", {})  # due work: a sweep logs it
     assert hosts.engine is not None
     with hosts.engine.connect() as blocker:
+        # The role's idle_in_transaction_session_timeout would end the blocker too.
+        blocker.execute(sa.text("SET LOCAL idle_in_transaction_session_timeout = 0"))
         blocker.execute(sa.text("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"))
         cut_off = hosts.run("clock.cut-off", cut_off=True)
         sweeping = ("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
                     "WHERE a.client_addr = CAST(:remote AS inet) AND l.locktype = 'advisory' "
                     "AND l.granted AND a.wait_event_type = 'Lock'")
         # Its sweep (and its first audit, which reads jobs too) wait with their locks taken.
-        wait_for(lambda: hosts.scalar(sweeping, remote=hosts.link.remote) >= 1, 15,
+        wait_for(lambda: hosts.scalar(sweeping, remote=hosts.link.remote) >= 1, 60,
                  "the cut-off clock mid-sweep")
         other = hosts.run("clock.other", cut_off=False)
         wait_for(lambda: "clock started" in other.log.read_text(), 60, "the other clock")
