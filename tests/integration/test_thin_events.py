@@ -20,6 +20,7 @@ import sqlalchemy as sa
 import stripe
 from sqlalchemy.engine import Engine
 
+from ingest.app import create_app
 from shared import db, reconciliation
 from shared.reconciliation import stripe as stripe_reconciliation
 from shared.settings import Settings
@@ -89,6 +90,9 @@ def test_the_fake_speaks_v2_as_the_stripe_library_calls_it(fake: FakeProviderApi
                                          ("/v1/invoices/in_lib", "acct_lib", None)]
     with pytest.raises(stripe.InvalidRequestError):  # another account's object: not found
         client.raw_request("get", "/v1/invoices/in_lib")
+    by_account = client.raw_request("get", "/v1/invoices/in_lib", stripe_account="acct_lib")
+    assert json.loads(by_account.body)["id"] == "in_lib"
+    assert fake.state.stripe_headers[-1] == ("/v1/invoices/in_lib", None, "acct_lib")
     for n in range(5):
         fake.serve_stripe_v2(provider_events.stripe_thin_event(
             "v1.invoice.paid", invoice(f"in_l{n}"), event_id=f"evt_l{n}",
@@ -124,6 +128,22 @@ def test_a_thin_invoice_paid_is_credited_from_the_fetched_invoice_after_failed_f
     # every attempt fetched (429, 500, then the event and the invoice)
     assert fake.state.requests["/v2/core/events/evt_thin"] == 3
     assert fake.state.requests["/v1/invoices/in_thin"] == 1
+
+
+def test_a_signed_thin_delivery_is_recorded_by_the_ingest_and_credited_by_its_job(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings) -> None:
+    body = json.dumps(thin_invoice_paid(fake, invoice("in_post"), event_id="evt_post")).encode()
+    response = create_app(thin_settings).test_client().post(
+        "/webhooks/stripe", data=body,
+        headers={"Stripe-Signature": factories.stripe_signature(body, STRIPE_SECRET)})
+    assert response.status_code == 200
+    assert response.get_json()["event_id"] == "evt_post"
+    assert rows(clean_db, "SELECT event_type, payload->>'object' FROM webhook_events") == [
+        ("v1.invoice.paid", "v2.core.event")]
+    jobs.process_batch(clean_db, thin_settings)
+    assert rows(clean_db, "SELECT status FROM jobs") == [("done",)]
+    assert rows(clean_db, "SELECT entry_key, amount FROM ledger_entries") == [
+        ("invoice:in_post", 2500)]
 
 
 def test_a_fetch_that_times_out_fails_the_attempt(
