@@ -73,7 +73,10 @@ def fetch(settings: Settings, source: str, thin: dict[str, Any]) -> dict[str, An
         return _impact(client, event, thin)
     if not isinstance(related, dict) or not related.get("url"):
         return _as_snapshot(event, context, None)
-    return _as_snapshot(event, context, _get(client, str(related["url"]), context, thin))
+    url = str(related["url"])
+    if not url.startswith(("/v1/", "/v2/")):  # a path of the API base, never another host
+        raise PermanentJobError(f"event {_id(thin)}: related object at {url[:100]!r}")
+    return _as_snapshot(event, context, _get(client, url, context, thin))
 
 
 def _impact(client: stripe_sdk.StripeClient, event: dict[str, Any],

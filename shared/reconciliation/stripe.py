@@ -126,7 +126,7 @@ class StripeThinEvents:
 
     def pages(self, since: datetime) -> Iterator[list[Listing]]:
         url: str | None = "/v2/core/events"
-        params: dict[str, Any] = {"created[gte]": _iso(since), "limit": PAGE}
+        params: dict[str, Any] = {"created": {"gte": _iso(since)}, "limit": PAGE}
         while url is not None:
             if not url.startswith("/v2/core/events"):
                 raise ReconcileFailed(f"Stripe: refused a page link elsewhere: {url[:100]}")
