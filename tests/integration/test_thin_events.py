@@ -21,7 +21,7 @@ import stripe
 from sqlalchemy.engine import Engine
 
 from ingest.app import create_app
-from shared import db, reconciliation
+from shared import audit, db, reconciliation
 from shared.reconciliation import stripe as stripe_reconciliation
 from shared.settings import Settings
 from tests import factories
@@ -221,6 +221,7 @@ def test_snapshot_and_thin_carriers_at_once_on_two_connections_credit_once(
                 ) == [(rounds, rounds)]
     assert rows(clean_db, "SELECT balance FROM accounts") == [(2500 * rounds,)]
     assert rows(clean_db, "SELECT count(*) FROM outbox") == [(rounds,)]
+    assert audit.audit(clean_db).violations == []
 
 
 def test_a_resolved_event_generation_failure_applies_the_object_it_names_once(
