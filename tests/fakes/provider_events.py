@@ -123,7 +123,7 @@ def stripe_thin_event(event_type: str, related: dict[str, Any] | None, *, event_
     order) for `related` (an object: its id, its type, its URL), in `context` (a connected
     account, or none). With `data` it is the full event `GET /v2/core/events/<id>` serves;
     the thin payload a destination sends is the same without `data`."""
-    event: dict[str, Any] = published("stripe/v2.core.event.thin.json")
+    event: dict[str, Any] = published("stripe/thin/v2.core.event.json")
     event.update({"id": event_id, "type": event_type, "created": stripe_v2_time(created),
                   "context": context, "livemode": False})
     if related is None:
