@@ -26,6 +26,10 @@ A batch also stops taking new jobs after BATCH_SECONDS, and claims only as many 
 apply in that time (Pace), so slow handlers neither keep locks long nor keep claimed jobs
 from idle workers.
 
+A Stripe thin event's job first fetches what the event announces (worker/thin_events.py),
+just before its handler; a failed fetch is that job's failed attempt, recorded in the
+batch, and the batch carries on without it.
+
 A wake-up message (worker/actors.py) runs `on_wakeup`: batch after batch while they apply
 jobs, then the wake-ups the committed batches ask for (their emails, their retries).
 """
