@@ -26,6 +26,10 @@ A batch also stops taking new jobs after BATCH_SECONDS, and claims only as many 
 apply in that time (Pace), so slow handlers neither keep locks long nor keep claimed jobs
 from idle workers.
 
+A Stripe thin event's job first fetches what the event announces (worker/thin_events.py),
+just before its handler; a failed fetch is that job's failed attempt, recorded in the
+batch, and the batch carries on without it.
+
 A wake-up message (worker/actors.py) runs `on_wakeup`: batch after batch while they apply
 jobs, then the wake-ups the committed batches ask for (their emails, their retries).
 """
@@ -47,7 +51,7 @@ from shared import db, hooks, metrics, payloads, queries, tracing, wakeups
 from shared.errors import DatabaseUnavailable, PermanentJobError, describe
 from shared.queries import ClaimedJob
 from shared.settings import Settings
-from worker import handlers, outbox, retries
+from worker import handlers, outbox, retries, thin_events
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +140,8 @@ def process_batch(
     back, and its jobs run one transaction each (see _one_at_a_time)."""
     applied: list[_Applied] = []
     ordered: list[ClaimedJob] = []
+    result = BatchResult()
+    tried = 0  # ordered[tried - 1] is the job being run
     started = time.monotonic()
     try:
         with db.transaction(engine) as conn:
@@ -143,9 +149,12 @@ def process_batch(
             rows = _claim(conn, queries.JobClaimDue, {"limit": limit})
             ordered = _runnable(conn, rows)
             for row in ordered:
-                if applied and time.monotonic() - started > budget_seconds:
+                if tried and time.monotonic() - started > budget_seconds:
                     break
-                applied.append(_run_handler(conn, settings, row))
+                tried += 1
+                fetched = _fetched(conn, settings, row, result)
+                if fetched is not None:
+                    applied.append(_run_handler(conn, settings, fetched))
             if applied:
                 _mark_done(conn, applied)
     except DatabaseUnavailable:
@@ -153,12 +162,12 @@ def process_batch(
     except Exception as error:
         if db.is_unavailable(error):
             raise
-        # applied[len(applied)] is the job whose handler (or statement) failed.
-        return _one_at_a_time(engine, settings, ordered, len(applied) + 1, error,
+        # ordered[tried - 1] is the job whose handler (or statement) failed.
+        return _one_at_a_time(engine, settings, ordered, tried, error,
                               started + budget_seconds)
     pace.observe(time.monotonic() - started, len(applied))
     # more: the claim was full (others may be due), or the time budget left claimed jobs
-    result = BatchResult(claimed=len(rows), more=len(rows) == limit or len(applied) < len(rows))
+    result.claimed, result.more = len(rows), len(rows) == limit or tried < len(rows)
     for job in applied:
         _after_done(job, result)
     return result
@@ -204,6 +213,25 @@ def _job_context(conn: Connection, settings: Settings, row: ClaimedJob) -> handl
         conn=conn, settings=settings, job_id=row.id, provider=row.provider,
         event_id=row.event_id, event_type=row.event_type, payload=row.payload,
     )
+
+
+def _fetched(conn: Connection, settings: Settings, row: ClaimedJob,
+             result: BatchResult) -> ClaimedJob | None:
+    """The job with what a thin event announces fetched, in the batch, just before its
+    handler (worker/thin_events.py bounds the wait); a failed fetch is a failed attempt,
+    recorded at once in the batch's transaction (nothing of the job was written), and
+    the job is left out of the batch. Any other job: as claimed."""
+    if row.provider != "stripe" or not thin_events.is_thin(row.payload):
+        return row
+    try:
+        return row._replace(payload=thin_events.fetch(settings, row.provider, row.payload))
+    except thin_events.ThinFetchFailed as error:
+        _after_error(conn, settings, row, error, result, _log_fields(row))
+        return None
+
+
+def _log_fields(row: ClaimedJob) -> dict[str, Any]:
+    return {"job_id": row.id, "provider": row.provider, "event_id": row.event_id}
 
 
 def _run_handler(conn: Connection, settings: Settings, row: ClaimedJob) -> _Applied:
@@ -279,10 +307,14 @@ def _apply(
 ) -> _Applied | None:
     """One job in its own transaction: the handler in a savepoint, so that a failed attempt
     is rolled back and recorded (retry or failed) in the same transaction."""
-    log_fields = {"job_id": row.id, "provider": row.provider, "event_id": row.event_id}
+    log_fields = _log_fields(row)
     savepoint = conn.begin_nested()
     try:
-        applied = _run_handler(conn, settings, row)
+        fetched = _fetched(conn, settings, row, result)
+        if fetched is None:  # its failed attempt is recorded
+            savepoint.commit()
+            return None
+        applied = _run_handler(conn, settings, fetched)
         savepoint.commit()
     except Exception as error:
         savepoint.rollback()

@@ -111,3 +111,63 @@ def _retry_after(headers: object, attempt: int) -> float:
     except ValueError:
         wait = 0.5 * 2**attempt
     return min(max(wait, 0.0), MAX_WAIT_SECONDS)
+
+
+class StripeThinEvents:
+    """A thin source (an event destination): `GET /v2/core/events` through the library,
+    `created[gte]` the window's start, paged by the v2 API's `next_page_url` (which carries
+    its own query). Each listed event is recorded as a delivery of it would be (its thin
+    JSON as served; the job fetches the rest, worker/thin_events.py). A page link to
+    another host is refused: the key goes to the API base only."""
+
+    def __init__(self, api_key: str, api_base: str) -> None:
+        self._client = stripe_sdk.StripeClient(
+            api_key, base_addresses={"api": api_base}, max_network_retries=NETWORK_RETRIES)
+
+    def pages(self, since: datetime) -> Iterator[list[Listing]]:
+        url: str | None = "/v2/core/events"
+        params: dict[str, Any] = {"created": {"gte": _iso(since)}, "limit": PAGE}
+        while url is not None:
+            if not url.startswith("/v2/core/events"):
+                raise ReconcileFailed(f"Stripe: refused a page link elsewhere: {url[:100]}")
+            body = self._page(url, params)
+            yield [_thin_listing(event) for event in body["data"]]
+            url, params = body.get("next_page_url") or None, {}
+
+    def fetch(self, listing: Listing) -> Fetched:
+        raise AssertionError("Stripe's list carries whole events")
+
+    def _page(self, url: str, params: dict[str, Any]) -> dict[str, Any]:
+        for attempt in range(RATE_LIMIT_RETRIES + 1):
+            try:
+                response = self._client.raw_request("get", url, **params)
+            except stripe_sdk.RateLimitError as error:
+                if attempt == RATE_LIMIT_RETRIES:
+                    raise ReconcileFailed(f"Stripe: rate limited: {error}") from None
+                time.sleep(_retry_after(error.headers, attempt))
+                continue
+            except stripe_sdk.StripeError as error:
+                raise ReconcileFailed(f"Stripe: {type(error).__name__}: {error}") from None
+            body = json.loads(response.body)
+            if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+                raise ReconcileFailed("Stripe: /v2/core/events answered without a list")
+            return body
+        raise AssertionError("unreachable")
+
+
+def thin_events(api_key: str, api_base: str) -> StripeThinEvents:
+    """The reconciliation source of a thin Stripe source, with that source's API key."""
+    return StripeThinEvents(api_key, api_base)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _thin_listing(event: Any) -> Listing:
+    try:
+        created = datetime.fromisoformat(str(event["created"]).replace("Z", "+00:00"))
+        return Listing(event_id=str(event["id"]), event_type=str(event["type"]),
+                       created=created, payload=json.dumps(event).encode())
+    except (KeyError, TypeError, ValueError):
+        raise ReconcileFailed("Stripe: a v2 event without id, type or created") from None

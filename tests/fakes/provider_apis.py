@@ -10,6 +10,15 @@ through the official `stripe` client, as production does.
                 starting_after the page is the N events older than ID, with ending_before
                 the N events newer than ID (still newest first), has_more counting in
                 the direction of paging; an unknown cursor is a 404 resource_missing
+    Stripe v2, what the `stripe` library calls for thin events (event destinations):
+             GET /v2/core/events/<id>  -> the full event (`object: "v2.core.event"`)
+             GET /v2/core/events?created[gte]=ISO&limit=N[&page=TOKEN]
+                 -> {data: [events, newest first], next_page_url, previous_page_url}, the
+                    page links relative paths carrying the whole query, as the v2 API's
+             GET /v1/invoices/<id> (any related object by its `url`)  -> the object
+             Objects and events are kept per account: a connected account's are found only
+             with its `Stripe-Context` (or `Stripe-Account`) header, the platform's only
+             without one; every such request's headers are kept in `stripe_headers`.
     Paddle   GET /events?per_page=N[&after=ID][&order_by=id[ASC]|id[DESC]]
              -> {data: [events in id order, ascending unless asked], meta: {request_id,
                  pagination: {per_page, next, has_more, estimated_total}}}
@@ -24,6 +33,8 @@ GitHub: Bearer token); others get 401. Faults, each consumed per request:
     rate_limited   the next N requests: 429 with Retry-After: 1
     fail_after     after this many more successful requests, every request: 500
                    (until fail_after is set to None again)
+    fail_next      the next N requests: 500 (after rate_limited's)
+    slow_next      the next N requests answer after slow_seconds (a client's timeout)
     next_base      Paddle's `next` and GitHub's `Link` point to this base (another host)
 
 In-process: `with FakeProviderApis() as fake: fake.state.stripe_events = [...]`.
@@ -33,6 +44,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,7 +66,15 @@ class State:
     paddle_events: list[dict[str, Any]] = field(default_factory=list)
     # GitHub deliveries, whole (provider_events.github_delivery)
     github_deliveries: list[dict[str, Any]] = field(default_factory=list)
+    # Stripe v2: full events and related objects, by (account or None, id or URL path)
+    stripe_v2_events: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+    stripe_objects: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+    # (path, Stripe-Context, Stripe-Account) of each Stripe v2 or object request
+    stripe_headers: list[tuple[str, str | None, str | None]] = field(default_factory=list)
     rate_limited: int = 0
+    fail_next: int = 0
+    slow_next: int = 0
+    slow_seconds: float = 0.0
     fail_after: int | None = None
     next_base: str | None = None  # pagination links to this base instead of our own
     requests: Counter[str] = field(default_factory=Counter)
@@ -72,6 +92,17 @@ class FakeProviderApis:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def serve_stripe_v2(self, event: dict[str, Any],
+                        related: dict[str, Any] | None = None) -> None:
+        """Serve a full v2 event, and its related object at its `url`, in the event's
+        account (its `context`)."""
+        account = event.get("context")
+        with self.state.lock:
+            self.state.stripe_v2_events[(account, event["id"])] = event
+            if related is not None:
+                url = event["related_object"]["url"]
+                self.state.stripe_objects[(account, url)] = related
 
     def __enter__(self) -> FakeProviderApis:
         self._thread.start()
@@ -93,6 +124,9 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
             with state.lock:
                 state.requests[parts.path] += 1
                 fault = _fault(state)
+                slow = _slow(state)
+            if slow:
+                time.sleep(slow)
             if fault == 429:
                 self._send(429, {"error": {"type": "rate_limit_error"}},
                            {"Retry-After": "1"})
@@ -114,6 +148,11 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
                     return 401, {"error": {"message": "Invalid API Key"}}, {}
                 status, body = _stripe_page(state, query)
                 return status, body, {}
+            if path.startswith(("/v2/", "/v1/invoices/")):
+                if auth != f"Bearer {STRIPE_KEY}":
+                    return 401, {"error": {"type": "invalid_request_error",
+                                           "message": "Invalid API Key"}}, {}
+                return self._stripe_v2(path, query)
             if path == "/events":
                 if auth != f"Bearer {PADDLE_KEY}":
                     return 401, {"error": {"code": "authentication_malformed"}}, {}
@@ -127,6 +166,23 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
                 body, link = _github_page(state, query, base)
                 return 200, body, ({"Link": link} if link else {})
             raise KeyError(path)
+
+        def _stripe_v2(self, path: str, query: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+            context = self.headers.get("Stripe-Context")
+            account = context or self.headers.get("Stripe-Account")
+            with state.lock:
+                state.stripe_headers.append((path, context, self.headers.get("Stripe-Account")))
+            if path == "/v2/core/events":
+                return 200, _stripe_v2_page(state, query, account), {}
+            if path.startswith("/v2/core/events/"):
+                found = state.stripe_v2_events.get((account, path.rsplit("/", 1)[1]))
+            else:
+                found = state.stripe_objects.get((account, path))
+            if found is None:
+                return 404, {"error": {"type": "invalid_request_error",
+                                       "code": "resource_missing",
+                                       "message": f"No such object: '{path}'"}}, {}
+            return 200, found, {}
 
         def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(body).encode()
@@ -145,11 +201,40 @@ def _fault(state: State) -> int | None:
     if state.rate_limited > 0:
         state.rate_limited -= 1
         return 429
+    if state.fail_next > 0:
+        state.fail_next -= 1
+        return 500
     if state.fail_after is not None:
         if state.fail_after <= 0:
             return 500
         state.fail_after -= 1
     return None
+
+
+def _slow(state: State) -> float:
+    if state.slow_next > 0:
+        state.slow_next -= 1
+        return state.slow_seconds
+    return 0.0
+
+
+def _stripe_v2_page(state: State, query: dict[str, str], account: str | None) -> dict[str, Any]:
+    """One page of `GET /v2/core/events` of one account, newest first; `page` is an offset
+    here (Stripe's is opaque), and the links carry the rest of the query, as Stripe's do."""
+    limit = min(int(query.get("limit", "20")), 100)
+    own = [e for (owner, _), e in state.stripe_v2_events.items() if owner == account]
+    events = sorted(own, key=lambda e: (e["created"], e["id"]), reverse=True)
+    if "created[gte]" in query:
+        events = [e for e in events if e["created"] >= query["created[gte]"]]
+    offset = int(query.get("page", "0"))
+    rest = {key: value for key, value in query.items() if key != "page"}
+
+    def link(at: int) -> str:
+        return "/v2/core/events?" + urlencode({**rest, "page": at})
+
+    return {"data": events[offset:offset + limit],
+            "next_page_url": link(offset + limit) if offset + limit < len(events) else None,
+            "previous_page_url": link(max(offset - limit, 0)) if offset else None}
 
 
 _STRIPE_CREATED = {"gte": int.__ge__, "gt": int.__gt__, "lte": int.__le__, "lt": int.__lt__}

@@ -109,3 +109,34 @@ def github_delivery_item(delivery: dict[str, Any]) -> dict[str, Any]:
     item: dict[str, Any] = copy.deepcopy(_load("github/hook-delivery-items.json")[0])
     item.update({key: delivery[key] for key in item if key in delivery})
     return item
+
+
+# Stripe's v2 event objects are ISO 8601 times to the millisecond, in UTC.
+def stripe_v2_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def stripe_thin_event(event_type: str, related: dict[str, Any] | None, *, event_id: str,
+                      created: datetime, context: str | None = None,
+                      data: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Stripe's published thin event (stripe-python's v2 event test, same keys in the same
+    order) for `related` (an object: its id, its type, its URL), in `context` (a connected
+    account, or none). With `data` it is the full event `GET /v2/core/events/<id>` serves;
+    the thin payload a destination sends is the same without `data`."""
+    event: dict[str, Any] = published("stripe/thin/v2.core.event.json")
+    event.update({"id": event_id, "type": event_type, "created": stripe_v2_time(created),
+                  "context": context, "livemode": False})
+    if related is None:
+        del event["related_object"]
+    else:
+        kind = str(related["object"])
+        event["related_object"] = {"id": related["id"], "type": kind,
+                                   "url": f"/v1/{kind}s/{related['id']}"}
+    if data is not None:
+        event["data"] = data
+    return event
+
+
+def thin_payload(full: dict[str, Any]) -> dict[str, Any]:
+    """What an event destination POSTs for a full v2 event: all of it but `data`."""
+    return {key: value for key, value in full.items() if key != "data"}

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from shared.errors import WebhooksError
 from webhooks.ledger import emails
 from webhooks.ledger import hooks as _hooks  # noqa: F401  (its lock key, effects, audit checks)
-from worker.handlers import JobContext, handler
+from worker.handlers import JobContext, find, handler
 
 # Locks the account row first (ON CONFLICT DO UPDATE takes the row lock), so every
 # transaction touching a customer's money takes that customer's lock before anything else.
@@ -91,9 +91,12 @@ class InvalidEvent(WebhooksError):
     """The event lacks a field its effect needs; the job fails (after its attempts)."""
 
 
-@handler("stripe", "invoice.paid", "invoice.payment_succeeded")
+@handler("stripe", "invoice.paid", "invoice.payment_succeeded", "v1.invoice.paid")
 def credit_invoice(ctx: JobContext) -> str:
-    """Credit amount_paid once per invoice (both event types arrive for one payment)."""
+    """Credit amount_paid once per invoice (both event types arrive for one payment, and a
+    thin `v1.invoice.paid` of an event destination carries the same invoice: its job
+    fetched the invoice, worker/thin_events.py). One entry key and one email key per
+    invoice, whichever event carries it."""
     invoice = _object(ctx)
     invoice_id = _text(invoice, "id")
     customer, currency = _text(invoice, "customer"), _text(invoice, "currency").lower()
@@ -206,3 +209,18 @@ def _amount(obj: dict[str, Any], key: str, default: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InvalidEvent(f"data.object.{key} is not a non-negative integer")
     return value
+
+
+@handler("stripe", "v2.core.health.event_generation_failure.resolved")
+def apply_ungenerated_event(ctx: JobContext) -> str:
+    """Stripe could not create an event at all, so no delivery, list or retry will ever
+    carry it: its job fetched the object the failure's data.impact names
+    (worker/thin_events.py), and the handler of the event Stripe failed to create applies
+    that object's current state, through the same business keys (a paid invoice is
+    credited once, whether or not its own event arrives later)."""
+    impact = ctx.payload.get("impact") or {}
+    event_type = str(impact.get("event_type") or "")
+    apply = find("stripe", event_type)
+    outcome = apply(ctx) if apply is not None and apply is not apply_ungenerated_event else None
+    # The stripe.event_generation_failed notification is raised here, in this transaction.
+    return f"{event_type}: {outcome or 'no effect'}"

@@ -1,0 +1,274 @@
+"""Stripe thin events (event destinations) against the fake Stripe API over real HTTP
+(tests/fakes/provider_apis.py, serving Stripe's published objects) and the real Postgres:
+the fake proven by the `stripe` library itself; a thin event's job fetches the event and
+its related object (with the event's context) before the handler, a failed fetch fails
+the attempt, and nothing is applied without a fetch; one invoice is credited and receipted
+once whichever kinds of events carry it; a resolved event-generation failure applies the
+object it names; thin reconciliation lists `GET /v2/core/events`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+import stripe
+from sqlalchemy.engine import Engine
+
+from ingest.app import create_app
+from shared import audit, db, reconciliation
+from shared.reconciliation import stripe as stripe_reconciliation
+from shared.settings import Settings
+from tests import factories
+from tests.conftest import STRIPE_SECRET
+from tests.fakes import provider_events
+from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
+from worker import handlers, jobs, thin_events
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+@pytest.fixture()
+def fake() -> Iterator[FakeProviderApis]:
+    with FakeProviderApis() as running:
+        yield running
+
+
+@pytest.fixture()
+def thin_settings(fake: FakeProviderApis, settings: Settings, database_url: str) -> Settings:
+    handlers.load(settings)
+    env = {"DATABASE_URL": database_url, "BROKER_URL": settings.broker_url,
+           "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET, "JOB_RETRY_BASE_SECONDS": "0",
+           "JOB_MAX_ATTEMPTS": "5", "STRIPE_API_KEY": STRIPE_KEY, "STRIPE_API_BASE": fake.url}
+    return Settings.from_env(env)
+
+
+def invoice(invoice_id: str, *, amount: int = 2500, customer: str = "cus_thin") -> dict[str, Any]:
+    """Stripe's published invoice, paid."""
+    return provider_events.stripe_object(
+        "invoice", id=invoice_id, customer=customer, amount_paid=amount, currency="eur",
+        status="paid", customer_email="buyer@example.com")
+
+
+def thin_invoice_paid(fake: FakeProviderApis, paid: dict[str, Any], *, event_id: str,
+                      context: str | None = None) -> dict[str, Any]:
+    """The fake serves the full event and the invoice; returns the thin payload."""
+    full = provider_events.stripe_thin_event("v1.invoice.paid", paid, event_id=event_id,
+                                             created=NOW, context=context)
+    fake.serve_stripe_v2(full, paid)
+    return provider_events.thin_payload(full)
+
+
+def rows(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(sa.text(sql)).all()]
+
+
+def test_the_fake_speaks_v2_as_the_stripe_library_calls_it(fake: FakeProviderApis) -> None:
+    paid = invoice("in_lib")
+    body = json.dumps(thin_invoice_paid(fake, paid, event_id="evt_lib", context="acct_lib"))
+    client = stripe.StripeClient(STRIPE_KEY, base_addresses={"api": fake.url},
+                                 max_network_retries=0)
+    notification = client.parse_event_notification(
+        body, factories.stripe_signature(body.encode(), STRIPE_SECRET), STRIPE_SECRET)
+    assert type(notification).__name__ == "V1InvoicePaidEventNotification"
+    assert str(notification.context) == "acct_lib"
+    event = notification.fetch_event()
+    assert (event.id, event.type, event.related_object.url) == (
+        "evt_lib", "v1.invoice.paid", "/v1/invoices/in_lib")
+    fetched = notification.fetch_related_object()
+    assert (fetched.id, fetched.amount_paid, fetched.customer) == ("in_lib", 2500, "cus_thin")
+    # the published invoice's decimal strings, as Stripe serves them
+    line = fetched.lines.data[0]
+    assert str(line.pricing.unit_amount_decimal) == "2500"
+    assert fake.state.stripe_headers == [("/v2/core/events/evt_lib", "acct_lib", None),
+                                         ("/v1/invoices/in_lib", "acct_lib", None)]
+    with pytest.raises(stripe.InvalidRequestError):  # another account's object: not found
+        client.raw_request("get", "/v1/invoices/in_lib")
+    by_account = client.raw_request("get", "/v1/invoices/in_lib", stripe_account="acct_lib")
+    assert json.loads(by_account.body)["id"] == "in_lib"
+    assert fake.state.stripe_headers[-1] == ("/v1/invoices/in_lib", None, "acct_lib")
+    for n in range(5):
+        fake.serve_stripe_v2(provider_events.stripe_thin_event(
+            "v1.invoice.paid", invoice(f"in_l{n}"), event_id=f"evt_l{n}",
+            created=NOW + timedelta(seconds=n)))
+    listed = client.v2.core.events.list({"limit": 2})
+    assert listed.next_page_url is not None
+    ids = [item.id for item in listed.auto_paging_iter()]
+    assert ids == ["evt_l4", "evt_l3", "evt_l2", "evt_l1", "evt_l0"]
+    assert fake.state.requests["/v2/core/events"] == 3
+
+
+def test_a_thin_invoice_paid_is_credited_from_the_fetched_invoice_after_failed_fetches(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings,
+        caplog: pytest.LogCaptureFixture) -> None:
+    thin = thin_invoice_paid(fake, invoice("in_thin"), event_id="evt_thin")
+    job_id = factories.insert_event_and_job(clean_db, thin)
+    fake.state.rate_limited, fake.state.fail_next = 1, 1  # the first fetch 429, the next 500
+    with caplog.at_level(logging.WARNING, logger="worker.jobs"):
+        jobs.process_batch(clean_db, thin_settings)
+        assert rows(clean_db, "SELECT status, attempts FROM jobs") == [("pending", 1)]
+        assert "RateLimitError" in rows(clean_db, "SELECT last_error FROM jobs")[0][0]
+        jobs.process_batch(clean_db, thin_settings)
+    assert rows(clean_db, "SELECT status, attempts FROM jobs") == [("pending", 2)]
+    assert "APIError" in rows(clean_db, "SELECT last_error FROM jobs")[0][0]
+    assert rows(clean_db, "SELECT count(*) FROM ledger_entries") == [(0,)]
+    warnings = [r for r in caplog.records if r.getMessage() == "job attempt failed, will retry"]
+    assert [(r.job_id, r.event_id) for r in warnings] == [(job_id, "evt_thin")] * 2  # type: ignore[attr-defined]
+    jobs.process_batch(clean_db, thin_settings)
+    assert rows(clean_db, "SELECT status, attempts FROM jobs") == [("done", 3)]
+    assert rows(clean_db, "SELECT customer_id, currency, amount, entry_key FROM ledger_entries"
+                ) == [("cus_thin", "eur", 2500, "invoice:in_thin")]
+    assert rows(clean_db, "SELECT idempotency_key FROM outbox") == [("receipt:in_thin",)]
+    # every attempt fetched (429, 500, then the event and the invoice)
+    assert fake.state.requests["/v2/core/events/evt_thin"] == 3
+    assert fake.state.requests["/v1/invoices/in_thin"] == 1
+
+
+def test_a_signed_thin_delivery_is_recorded_by_the_ingest_and_credited_by_its_job(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings) -> None:
+    body = json.dumps(thin_invoice_paid(fake, invoice("in_post"), event_id="evt_post")).encode()
+    response = create_app(thin_settings).test_client().post(
+        "/webhooks/stripe", data=body,
+        headers={"Stripe-Signature": factories.stripe_signature(body, STRIPE_SECRET)})
+    assert response.status_code == 200
+    assert response.get_json()["event_id"] == "evt_post"
+    assert rows(clean_db, "SELECT event_type, payload->>'object' FROM webhook_events") == [
+        ("v1.invoice.paid", "v2.core.event")]
+    jobs.process_batch(clean_db, thin_settings)
+    assert rows(clean_db, "SELECT status FROM jobs") == [("done",)]
+    assert rows(clean_db, "SELECT entry_key, amount FROM ledger_entries") == [
+        ("invoice:in_post", 2500)]
+
+
+def test_a_fetch_that_times_out_fails_the_attempt(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(thin_events, "FETCH_TIMEOUT_SECONDS", 0.5)
+    factories.insert_event_and_job(clean_db, thin_invoice_paid(fake, invoice("in_slow"),
+                                                               event_id="evt_slow"))
+    fake.state.slow_next, fake.state.slow_seconds = 1, 3.0
+    jobs.process_batch(clean_db, thin_settings)
+    assert rows(clean_db, "SELECT status, attempts FROM jobs") == [("pending", 1)]
+    assert "APIConnectionError" in rows(clean_db, "SELECT last_error FROM jobs")[0][0]
+    assert rows(clean_db, "SELECT count(*) FROM ledger_entries") == [(0,)]
+    jobs.process_batch(clean_db, thin_settings)
+    assert rows(clean_db, "SELECT status, attempts FROM jobs") == [("done", 2)]
+
+
+def test_a_connected_accounts_thin_event_is_fetched_with_its_context(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings) -> None:
+    thin = thin_invoice_paid(fake, invoice("in_acct", customer="cus_conn"),
+                             event_id="evt_acct", context="acct_1Conn")
+    factories.insert_event_and_job(clean_db, thin)
+    jobs.process_batch(clean_db, thin_settings)
+    assert fake.state.stripe_headers == [("/v2/core/events/evt_acct", "acct_1Conn", None),
+                                         ("/v1/invoices/in_acct", "acct_1Conn", None)]
+    assert rows(clean_db, "SELECT status FROM jobs") == [("done",)]
+    assert rows(clean_db, "SELECT customer_id, amount FROM ledger_entries") == [("cus_conn", 2500)]
+
+
+def carriers(fake: FakeProviderApis, invoice_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A snapshot invoice.paid and a thin v1.invoice.paid of one invoice."""
+    paid = invoice(invoice_id)
+    snapshot = provider_events.stripe_event("invoice.paid", paid, event_id=f"evt_s_{invoice_id}",
+                                            created=int(NOW.timestamp()))
+    return snapshot, thin_invoice_paid(fake, paid, event_id=f"evt_t_{invoice_id}")
+
+
+@pytest.mark.parametrize("thin_first", [False, True])
+def test_snapshot_and_thin_carriers_of_one_invoice_credit_and_receipt_once(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings,
+        thin_first: bool) -> None:
+    snapshot, thin = carriers(fake, "in_both")
+    for event in ([thin, snapshot] if thin_first else [snapshot, thin]):
+        factories.insert_event_and_job(clean_db, event)
+        jobs.process_batch(clean_db, thin_settings)
+    assert rows(clean_db, "SELECT status, count(*) FROM jobs GROUP BY status") == [("done", 2)]
+    assert rows(clean_db, "SELECT amount FROM ledger_entries") == [(2500,)]
+    assert rows(clean_db, "SELECT balance FROM accounts") == [(2500,)]
+    assert rows(clean_db, "SELECT idempotency_key FROM outbox") == [("receipt:in_both",)]
+
+
+def test_snapshot_and_thin_carriers_at_once_on_two_connections_credit_once(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings) -> None:
+    rounds = 6
+    for n in range(rounds):
+        snapshot, thin = carriers(fake, f"in_race{n}")
+        pair = [snapshot, thin] if n % 2 else [thin, snapshot]
+        for event in pair:
+            factories.insert_event_and_job(clean_db, event)
+        barrier = threading.Barrier(2)
+
+        def worker(barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            jobs.process_batch(clean_db, thin_settings, limit=1)  # one job each, at once
+
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    while rows(clean_db, "SELECT count(*) FROM jobs WHERE status = 'pending'")[0][0]:
+        jobs.process_batch(clean_db, thin_settings)  # any job deferred after a conflict
+    assert rows(clean_db, "SELECT count(*) FROM jobs WHERE status = 'done'") == [(2 * rounds,)]
+    assert rows(clean_db, "SELECT count(*), count(DISTINCT entry_key) FROM ledger_entries"
+                ) == [(rounds, rounds)]
+    assert rows(clean_db, "SELECT balance FROM accounts") == [(2500 * rounds,)]
+    assert rows(clean_db, "SELECT count(*) FROM outbox") == [(rounds,)]
+    assert audit.audit(clean_db).violations == []
+
+
+def test_a_resolved_event_generation_failure_applies_the_object_it_names_once(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings) -> None:
+    paid = invoice("in_lost", customer="cus_lost")
+    fake.state.stripe_objects[("acct_lost", "/v1/invoices/in_lost")] = paid
+    impact = {"event_type": "invoice.paid", "related_object_id": "in_lost",
+              "related_object_type": "invoice", "account": "acct_lost"}
+    full = provider_events.stripe_thin_event(
+        thin_events.GENERATION_FAILURE_RESOLVED, None, event_id="evt_resolved", created=NOW,
+        data={"impact": impact})
+    fake.serve_stripe_v2(full)
+    factories.insert_event_and_job(clean_db, provider_events.thin_payload(full))
+    jobs.process_batch(clean_db, thin_settings)
+    assert rows(clean_db, "SELECT status, outcome FROM jobs") == [
+        ("done", "invoice.paid: credited")]
+    assert ("/v1/invoices/in_lost", "acct_lost", None) in fake.state.stripe_headers
+    # The invoice's own event, arriving after all, credits nothing more.
+    factories.insert_event_and_job(clean_db, provider_events.stripe_event(
+        "invoice.paid", paid, event_id="evt_late", created=int(NOW.timestamp())))
+    jobs.process_batch(clean_db, thin_settings)
+    assert rows(clean_db, "SELECT customer_id, amount FROM ledger_entries") == [("cus_lost", 2500)]
+    assert rows(clean_db, "SELECT count(*) FROM outbox") == [(1,)]
+
+
+def test_thin_reconciliation_lists_v2_events_and_records_each_once(
+        fake: FakeProviderApis, database_url: str, clean_db: Engine, thin_settings: Settings,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stripe_reconciliation, "PAGE", 2)
+    for n in range(5):
+        thin_invoice_paid(fake, invoice(f"in_rec{n}", amount=100 + n), event_id=f"evt_rec{n}")
+    old = provider_events.stripe_thin_event("v1.invoice.paid", invoice("in_old"),
+                                            event_id="evt_old", created=NOW - timedelta(days=9))
+    fake.serve_stripe_v2(old)
+    engine = db.create_engine(thin_settings, pool_size=2, autocommit=True)
+    try:
+        source = stripe_reconciliation.thin_events(STRIPE_KEY, fake.url)
+        since = NOW - timedelta(hours=1)
+        first = reconciliation.reconcile(engine, source, "stripe", since)
+        again = reconciliation.reconcile(engine, source, "stripe", since)
+    finally:
+        engine.dispose()
+    assert (first.listed, first.recorded, again.listed, again.recorded) == (5, 5, 5, 0)
+    assert fake.state.requests["/v2/core/events"] == 6  # three pages, twice
+    recorded = rows(clean_db, "SELECT event_id, received_via, payload->>'object' "
+                              "FROM webhook_events ORDER BY event_id")
+    assert recorded == [(f"evt_rec{n}", "reconcile", "v2.core.event") for n in range(5)]
+    while rows(clean_db, "SELECT count(*) FROM jobs WHERE status = 'pending'")[0][0]:
+        jobs.process_batch(clean_db, thin_settings)
+    assert rows(clean_db, "SELECT sum(amount), count(*) FROM ledger_entries") == [(510, 5)]
