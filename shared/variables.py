@@ -100,7 +100,7 @@ def family(members: Iterable[tuple[str, Variable]], pattern: str, doc: str,
     return dataclasses.field(default_factory=dict, metadata={DECLARATION: declared})
 
 
-def declarations(*classes: type) -> Iterator[Variable | Family]:
+def declarations(*classes: type) -> Iterator[Any]:
     """The declarations of the settings classes' fields, in their order."""
     for cls in classes:
         for item in dataclasses.fields(cls):
@@ -120,6 +120,9 @@ def markdown_table(section: Section, *classes: type) -> str:
     rows = ["| variable | meaning | default |", "| --- | --- | --- |"]
     for declared in declarations(*classes):
         if declared.section != section:
+            continue
+        if hasattr(declared, "rows"):  # variables named by patterns (shared.sources)
+            rows.extend(f"| `{name}` | {doc} | {default} |" for name, doc, default in declared.rows)
             continue
         name = (f"`{declared.name}`" if isinstance(declared, Variable)
                 else f"`{declared.pattern}` ({', '.join(f'`{n}`' for n in declared.names())})")

@@ -203,6 +203,7 @@ def _job_context(conn: Connection, settings: Settings, row: ClaimedJob) -> handl
     return handlers.JobContext(
         conn=conn, settings=settings, job_id=row.id, provider=row.provider,
         event_id=row.event_id, event_type=row.event_type, payload=row.payload,
+        source=row.source, account=row.account, livemode=row.livemode,
     )
 
 
