@@ -36,14 +36,14 @@ Create Date: 2026-12-02 04:30:00.000000
 
 from collections.abc import Sequence
 
-from alembic import op
+from alembic import context, op
 
 revision: str = "0013"
 down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-BATCH = 10_000
+BATCH = 10_000  # rows per backfill transaction; a test sets config.attributes["backfill_batch"]
 SOURCED = ("webhook_events", "jobs", "webhook_duplicates")
 # (table, index, columns, predicate): the unique indexes, built before their constraints.
 UNIQUE_INDEXES = (
@@ -93,10 +93,11 @@ def _backfill(table: str) -> None:
     in the autocommit block), until none is left."""
     extra = ", event_source = provider" if table == "webhook_duplicates" else ""
     bind = op.get_bind()
+    batch = int(context.config.attributes.get("backfill_batch", BATCH))
     while True:
         result = bind.exec_driver_sql(
             f"UPDATE {table} SET source = provider{extra} WHERE id IN "
-            f"(SELECT id FROM {table} WHERE source IS NULL LIMIT {BATCH} FOR UPDATE SKIP LOCKED)")
+            f"(SELECT id FROM {table} WHERE source IS NULL LIMIT {batch})")
         if result.rowcount == 0:
             break
 
