@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 from shared import sources as s
@@ -235,10 +234,12 @@ class Settings:
     def secrets_for(self, provider: str) -> tuple[str, ...]:
         return self.secrets.get(provider, ())
 
-    @cached_property
+    @property
     def sources(self) -> s.Sources:
         """Every configured source (one with secrets): the providers' default sources from
-        their own variables, and the named ones. Built once per Settings."""
+        their own variables, and the named ones. Built on each call (nothing is kept on the
+        frozen settings, so `Settings(**settings.__dict__)` copies stay valid): a process
+        builds it once at start and keeps it (the ingest: ingest/app.py)."""
         return s.build({provider: self._default_source(provider)
                         for provider in PROVIDERS if self.secrets_for(provider)},
                        self.named_sources)

@@ -79,8 +79,8 @@ class Source:
 
 @dataclass(frozen=True)
 class Sources:
-    """Every source, by (provider, name). Built once per process (Settings.sources): the
-    ingest looks a delivery's source up in this dict, nothing is built per request."""
+    """Every source, by (provider, name) (Settings.sources). The ingest builds its dict by
+    label from it once, at start, and looks each delivery's source up there."""
 
     by_key: Mapping[tuple[str, str], Source] = field(default_factory=dict)
 
@@ -221,8 +221,6 @@ class NamedSources:
 
     doc: str = "named sources"
     section: v.Section = v.Section.DEPLOY
-    pattern: str = "<PROVIDER>_SOURCES"
-    shown: str = ""
     rows: tuple[tuple[str, str, str], ...] = PATTERNS
 
     def read(self, env: Mapping[str, str]) -> dict[str, tuple[Source, ...]]:

@@ -3,6 +3,10 @@ where the settings object that holds it declares the field (shared.settings.Sett
 webhooks.console.settings.ConsoleSettings). The settings are read from these declarations and the
 README's tables of variables are generated from them (`python -m webhooks.readme`).
 
+Variables whose names depend on another's value (a provider's named sources,
+`STRIPE_<NAME>_WEBHOOK_SECRET`) are declared by shared.sources.NamedSources, whose `rows`
+the README's table lists as patterns.
+
 A parser takes the variable's text (never empty: unset or blank means the default) and
 returns the value, or raises ValueError with the problem, which becomes one ConfigError
 line naming the variable.

@@ -9,7 +9,8 @@ for one brief lock at a time, never for a scan or a rewrite of a large table:
 2. Backfill source = provider (and event_source) in batches of BATCH rows, each its own
    transaction: ROW EXCLUSIVE and row locks on one batch at a time; the ingest keeps
    writing beside it. Repeated until no row is left without its source.
-3. CHECK (source IS NOT NULL) NOT VALID (an instant of ACCESS EXCLUSIVE), VALIDATE (SHARE
+3. CHECK (source IS NOT NULL) NOT VALID (an instant of ACCESS EXCLUSIVE), the backfill
+   again for the rows inserted meanwhile, VALIDATE (SHARE
    UPDATE EXCLUSIVE: a scan that blocks no reads nor writes), then SET NOT NULL, which
    Postgres proves from the validated CHECK without a scan (an instant of ACCESS
    EXCLUSIVE), and the CHECK dropped.
@@ -103,9 +104,14 @@ def _backfill(table: str) -> None:
 
 
 def _not_null(table: str, column: str) -> None:
+    """NOT NULL without a scan under ACCESS EXCLUSIVE. The backfill runs again once the
+    CHECK holds for new rows: a row an old process inserted between the first backfill and
+    the CHECK gets its source before VALIDATE scans."""
     check = f"ck_{table}_{column}_not_null"
     op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {check} CHECK ({column} IS NOT NULL) "
                "NOT VALID")
+    if column == "source":
+        _backfill(table)
     op.execute(f"ALTER TABLE {table} VALIDATE CONSTRAINT {check}")
     op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET NOT NULL")
     op.execute(f"ALTER TABLE {table} DROP CONSTRAINT {check}")
