@@ -181,3 +181,15 @@ def test_processes_delivering_one_event_through_two_sources_at_once_make_one_row
     assert rows(clean_db, "SELECT count(*), min(account) FROM webhook_events") == [(1, "acct_race")]
     assert rows(clean_db, "SELECT count(*) FROM jobs") == [(1,)]
     assert rows(clean_db, "SELECT count(*) FROM webhook_duplicates") == [(len(paths) - 1,)]
+
+
+
+def test_the_allowlist_is_the_sources(settings, clean_db) -> None:  # type: ignore[no-untyped-def]
+    env = {"DATABASE_URL": settings.database_url or "", "BROKER_URL": settings.broker_url or "",
+           "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET, "STRIPE_SOURCES": "connect",
+           "STRIPE_CONNECT_WEBHOOK_SECRET": CONNECT_SECRET,
+           "STRIPE_CONNECT_ALLOWED_IPS": "10.0.0.0/8"}
+    client = create_app(Settings.from_env(env)).test_client()  # its address: 127.0.0.1
+    assert post_stripe(client, "stripe/connect", stripe_body("evt_far")).status_code == 403
+    assert post_stripe(client, "stripe", stripe_body("evt_near")).status_code == 200
+    assert rows(clean_db, "SELECT event_id, source FROM webhook_events") == [("evt_near", "stripe")]

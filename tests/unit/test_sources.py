@@ -66,3 +66,12 @@ def test_a_bad_source_name_is_refused(names: str) -> None:
     with pytest.raises(ConfigError, match=r"^STRIPE_SOURCES: ") as refused:
         Settings.from_env({"STRIPE_SOURCES": names})
     assert not isinstance(refused.value, MissingVariable)
+
+
+def test_a_path_names_its_provider_and_its_sources_label() -> None:
+    from ingest.webhooks import provider_of
+
+    assert provider_of("/webhooks/stripe") == ("stripe", "stripe")
+    assert provider_of("/webhooks/stripe/connect") == ("stripe", "stripe/connect")
+    for path in ("/webhooks/", "/webhooks/stripe/", "/webhooks/stripe/a/b", "/other/stripe"):
+        assert provider_of(path) is None, path
