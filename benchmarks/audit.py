@@ -50,8 +50,9 @@ def templates() -> dict[str, str]:
 
 # One Stripe event per row of `source` (n, event_type, object, created offset).
 EVENTS = """
-    INSERT INTO webhook_events (provider, event_id, event_type, payload, received_at)
-    SELECT 'stripe', 'evt_' || kind || '_' || n || '_' || step, event_type,
+    INSERT INTO webhook_events (provider, source, event_id, event_type, payload,
+                                received_at)
+    SELECT 'stripe', 'stripe', 'evt_' || kind || '_' || n || '_' || step, event_type,
            CAST(:envelope AS jsonb) || jsonb_build_object(
                'id', 'evt_' || kind || '_' || n || '_' || step, 'type', event_type,
                'created', extract(epoch FROM at)::bigint, 'data',
@@ -100,8 +101,8 @@ TEMPLATE_OF = {"invoices": "invoice", "charges": "charge", "subscriptions": "sub
                "payment_failed": "invoice"}
 
 PUSHES = """
-    INSERT INTO webhook_events (provider, event_id, event_type, payload, received_at)
-    SELECT 'github', 'delivery-' || n, 'push',
+    INSERT INTO webhook_events (provider, source, event_id, event_type, payload, received_at)
+    SELECT 'github', 'github', 'delivery-' || n, 'push',
            CAST(:push AS jsonb) || jsonb_build_object('after', md5(n::text)),
            now() - make_interval(secs => (:total - n) * :seconds_per)
     FROM generate_series(1, :count) AS n
@@ -109,9 +110,9 @@ PUSHES = """
 
 # What the reference handlers and the dispatcher leave, derived from the events.
 EFFECTS = (
-    """INSERT INTO jobs (provider, event_id, event_type, status, attempts, outcome, run_at,
-                         created_at, finished_at)
-       SELECT provider, event_id, event_type, 'done', 1, 'applied', received_at,
+    """INSERT INTO jobs (provider, source, event_id, event_type, status, attempts, outcome,
+                         run_at, created_at, finished_at)
+       SELECT provider, source, event_id, event_type, 'done', 1, 'applied', received_at,
               received_at, received_at + interval '50 milliseconds'
        FROM webhook_events ORDER BY id""",
     """INSERT INTO accounts (customer_id, currency)

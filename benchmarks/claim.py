@@ -28,15 +28,15 @@ UNFILTERED = sa.text(str(queries.JobClaimDue.text).replace(
 def seed(conn: Any, per_provider: int) -> None:
     for provider in ("stripe", "github"):
         conn.execute(sa.text("""
-            INSERT INTO webhook_events (provider, event_id, event_type, payload)
-            SELECT :p, :p || '_' || n, 'invoice.paid',
+            INSERT INTO webhook_events (provider, source, event_id, event_type, payload)
+            SELECT :p, :p, :p || '_' || n, 'invoice.paid',
                    jsonb_build_object('id', :p || '_' || n, 'data',
                        jsonb_build_object('object', jsonb_build_object(
                            'customer', 'cus_' || (n % 1000), 'currency', 'usd')))
             FROM generate_series(1, :n) AS n"""), {"p": provider, "n": per_provider})
         conn.execute(sa.text("""
-            INSERT INTO jobs (provider, event_id, event_type)
-            SELECT provider, event_id, event_type FROM webhook_events WHERE provider = :p
+            INSERT INTO jobs (provider, source, event_id, event_type)
+            SELECT provider, source, event_id, event_type FROM webhook_events WHERE provider = :p
             ORDER BY id"""), {"p": provider})
     conn.execute(sa.text("ANALYZE"))
 

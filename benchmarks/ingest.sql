@@ -5,16 +5,16 @@
 \set n random(1, 9000000000000000000)
 \set c :n % 1000
 WITH event AS (
-    INSERT INTO webhook_events (provider, event_id, event_type, payload)
-    VALUES ('stripe', 'evt_pgb_' || :n, 'invoice.paid', CAST(
+    INSERT INTO webhook_events (provider, source, event_id, event_type, payload)
+    VALUES ('stripe', 'stripe', 'evt_pgb_' || :n, 'invoice.paid', CAST(
         '{"id": "evt_pgb_' || :n || '", "object": "event", "type": "invoice.paid", '
         '"created": 1767225600, "data": {"object": {"id": "in_pgb_' || :n || '", '
         '"object": "invoice", "customer": "cus_' || :c || '", "amount_paid": 1999, '
         '"amount_due": 1999, "currency": "usd", "customer_email": "buyer@example.com"}}}'
         AS jsonb))
-    ON CONFLICT (provider, event_id) DO NOTHING
-    RETURNING provider, event_id, event_type
+    ON CONFLICT DO NOTHING
+    RETURNING provider, source, event_id, event_type
 )
-INSERT INTO jobs (provider, event_id, event_type)
-SELECT provider, event_id, event_type FROM event
+INSERT INTO jobs (provider, source, event_id, event_type)
+SELECT provider, source, event_id, event_type FROM event
 RETURNING id, status;

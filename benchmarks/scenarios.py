@@ -131,8 +131,8 @@ def seed_jobs(target: stack.Target, count: int) -> None:
     engine = target.engine()
     with engine.begin() as conn:
         conn.execute(sa.text("""
-            INSERT INTO webhook_events (provider, event_id, event_type, payload)
-            SELECT 'stripe', 'evt_seed_' || n, 'invoice.paid', jsonb_build_object(
+            INSERT INTO webhook_events (provider, source, event_id, event_type, payload)
+            SELECT 'stripe', 'stripe', 'evt_seed_' || n, 'invoice.paid', jsonb_build_object(
                 'id', 'evt_seed_' || n, 'object', 'event', 'type', 'invoice.paid',
                 'created', extract(epoch FROM now())::bigint,
                 'data', jsonb_build_object('object', jsonb_build_object(
@@ -143,8 +143,9 @@ def seed_jobs(target: stack.Target, count: int) -> None:
             FROM generate_series(1, :count) AS n
         """), {"count": count, "customers": CUSTOMERS})
         conn.execute(sa.text("""
-            INSERT INTO jobs (provider, event_id, event_type)
-            SELECT 'stripe', 'evt_seed_' || n, 'invoice.paid' FROM generate_series(1, :count) n
+            INSERT INTO jobs (provider, source, event_id, event_type)
+            SELECT 'stripe', 'stripe', 'evt_seed_' || n, 'invoice.paid'
+            FROM generate_series(1, :count) n
         """), {"count": count})
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("VACUUM ANALYZE jobs, webhook_events"))

@@ -129,9 +129,9 @@ def load_events(engine: Engine, count: int, *, unfinished: bool = True) -> dict[
         last = min(count, first + LOAD_CHUNK - 1)
         with engine.begin() as conn:
             conn.execute(sa.text("""
-                INSERT INTO webhook_events (provider, event_id, event_type, payload,
+                INSERT INTO webhook_events (provider, source, event_id, event_type, payload,
                                             received_at)
-                SELECT 'stripe', e->>'id', e->>'type', e,
+                SELECT 'stripe', 'stripe', e->>'id', e->>'type', e,
                        now() - make_interval(secs => (:count - n) * :spacing)
                 FROM generate_series(CAST(:first AS bigint), :last) AS n,
                      bench_stripe_event(n) AS e
@@ -143,9 +143,9 @@ def load_events(engine: Engine, count: int, *, unfinished: bool = True) -> dict[
         list(pool.map(chunk, range(1, count + 1, LOAD_CHUNK)))
     with engine.begin() as conn:
         conn.execute(sa.text("""
-            INSERT INTO jobs (provider, event_id, event_type, status, attempts, last_error,
-                              outcome, run_at, created_at, finished_at)
-            SELECT provider, event_id, event_type, s.status,
+            INSERT INTO jobs (provider, source, event_id, event_type, status, attempts,
+                              last_error, outcome, run_at, created_at, finished_at)
+            SELECT provider, source, event_id, event_type, s.status,
                    CASE s.status WHEN 'failed' THEN 8 WHEN 'done' THEN 1 ELSE 0 END,
                    CASE s.status WHEN 'failed' THEN 'KeyError: ''customer_email''' END,
                    CASE s.status WHEN 'done' THEN 'applied' END,

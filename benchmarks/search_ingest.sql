@@ -4,11 +4,11 @@
 -- each search index: what the index costs each acknowledged delivery.
 \set n random(100000000, 9000000000000000000)
 WITH event AS (
-    INSERT INTO webhook_events (provider, event_id, event_type, payload)
-    SELECT 'stripe', e->>'id', e->>'type', e FROM bench_stripe_event(:n) AS e
-    ON CONFLICT (provider, event_id) DO NOTHING
-    RETURNING provider, event_id, event_type
+    INSERT INTO webhook_events (provider, source, event_id, event_type, payload)
+    SELECT 'stripe', 'stripe', e->>'id', e->>'type', e FROM bench_stripe_event(:n) AS e
+    ON CONFLICT DO NOTHING
+    RETURNING provider, source, event_id, event_type
 )
-INSERT INTO jobs (provider, event_id, event_type)
-SELECT provider, event_id, event_type FROM event
+INSERT INTO jobs (provider, source, event_id, event_type)
+SELECT provider, source, event_id, event_type FROM event
 RETURNING id, status;

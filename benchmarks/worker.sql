@@ -11,7 +11,7 @@ SELECT array_agg(j.id ORDER BY c.customer, j.id) AS ids,
        array_agg(c.currency ORDER BY c.customer, j.id) AS currencies,
        array_agg(c.amount ORDER BY c.customer, j.id) AS amounts,
        array_agg(c.email ORDER BY c.customer, j.id) AS emails
-FROM jobs j JOIN webhook_events e USING (provider, event_id),
+FROM jobs j JOIN webhook_events e USING (provider, source, event_id),
 LATERAL (SELECT e.payload -> 'data' -> 'object' ->> 'id' AS invoice,
                 e.payload -> 'data' -> 'object' ->> 'customer' AS customer,
                 e.payload -> 'data' -> 'object' ->> 'currency' AS currency,

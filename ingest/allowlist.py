@@ -67,11 +67,16 @@ class Allowlist:
             raise SourceNotAllowed(f"source address {address} is not allowed for {provider}")
 
 
-def for_providers(settings: Settings) -> dict[str, Allowlist]:
-    """An Allowlist per provider that has `<PROVIDER>_ALLOWED_IPS`; the others take any
-    address."""
-    return {provider: Allowlist(networks)
-            for provider, networks in settings.allowed_networks.items()}
+def for_sources(settings: Settings) -> dict[str, Allowlist]:
+    """An Allowlist per source that has one, by its label (`stripe`: STRIPE_ALLOWED_IPS,
+    `stripe/connect`: STRIPE_CONNECT_ALLOWED_IPS); the others take any address. A default
+    source's is there even when the provider has no secret: the allowlist is checked
+    before whether the source is configured."""
+    found = {provider: Allowlist(networks)
+             for provider, networks in settings.allowed_networks.items()}
+    found.update({source.label: Allowlist(source.allowed_networks)
+                  for source in settings.sources if source.allowed_networks})
+    return found
 
 
 def _parse(address: str) -> tuple[int, int] | None:

@@ -28,7 +28,10 @@ def create_app(settings: Settings | None = None, *, threads: int | None = None) 
     app.extensions["settings"] = settings
     app.extensions["engine"] = db.create_engine(settings, pool_size=threads, autocommit=True)
     app.extensions["waker"] = Waker(settings)
-    app.extensions["allowlists"] = allowlist.for_providers(settings)
+    app.extensions["allowlists"] = allowlist.for_sources(settings)
+    # Every configured source by its label, the path after /webhooks/: looked up per
+    # delivery, built once.
+    app.extensions["sources"] = {source.label: source for source in settings.sources}
     # The client's address, as the app sees it in REMOTE_ADDR; ingest.front asks it of a
     # request's headers before the app runs.
     app.extensions["client_address"] = _client_address(settings.trusted_proxies)

@@ -1,10 +1,13 @@
-"""POST /webhooks/<provider>: verify, record in one transaction, acknowledge, wake a worker.
+"""POST /webhooks/<provider> (the provider's default source) and
+/webhooks/<provider>/<source> (a named one): verify, record in one transaction,
+acknowledge, wake a worker.
 
-Order matters: the source address (before anything else: a sender outside the provider's
-allowlist learns nothing, not even whether the provider is configured, and sends no body we
-read), provider configured (404), size limit (from Content-Length, before reading),
-signature (before any database access), the one transaction, and only after COMMIT the 200
-and the wake-up.
+Order matters: the source address (before anything else: a sender outside the source's
+allowlist learns nothing, not even whether the source is configured, and sends no body we
+read; an unknown source's path takes its provider's allowlist), source configured (404),
+size limit (from Content-Length, before reading), signature against that source's secrets
+only (before any database access: an event signed for another source is refused), the one
+transaction, and only after COMMIT the 200 and the wake-up.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from shared.errors import (
     RejectedDelivery,
 )
 from shared.providers.base import Delivery
-from shared.recording import Recorded, record_event
+from shared.recording import Origin, Recorded, record_event
 from shared.settings import Settings
+from shared.sources import Source
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("webhooks", __name__)
@@ -38,18 +42,22 @@ RETRY_AFTER_SECONDS = "5"
 
 
 @blueprint.post(f"{PATH_PREFIX}<provider>")
-def receive(provider: str) -> tuple[Response, int] | Response:
+@blueprint.post(f"{PATH_PREFIX}<provider>/<source>")
+def receive(provider: str, source: str | None = None) -> tuple[Response, int] | Response:
     started = time.perf_counter()
     label = _label(provider)
+    path = provider if source is None else f"{provider}/{source}"
     try:
-        _check_before_body(current_app, provider, request.remote_addr, request.content_length)
-        body, delivery = _verified_delivery(provider)
+        found = _check_before_body(current_app, provider, path, request.remote_addr,
+                                   request.content_length)
+        body, delivery = _verified_delivery(found)
         _count_secret(provider, delivery)
         if delivery.reply is not None:
             return jsonify(delivery.reply)
         recorded = record_event(current_app.extensions["engine"], provider,
                                 delivery.event_id, delivery.event_type, body,
-                                trace_context=tracing.traceparent())
+                                trace_context=tracing.traceparent(),
+                                origin=Origin(found.name, delivery.account, delivery.livemode))
     except RejectedDelivery as error:
         _count_rejected(label, error, request.remote_addr)
         response = jsonify({"error": str(error)})
@@ -79,7 +87,7 @@ def count_unexpected_refusal(error: BaseException) -> None:
     anything else reason="internal"."""
     if request.blueprint != blueprint.name:
         return
-    provider = (request.view_args or {}).get("provider", "")
+    provider = (request.view_args or {}).get("provider") or ""
     metrics.deliveries_rejected.labels(_label(provider), _refusal_reason(error)).inc()
 
 
@@ -93,25 +101,28 @@ def _refusal_reason(error: BaseException | None) -> str:
     return "internal"
 
 
-def provider_of(path: str) -> str | None:
-    """The provider a path delivers for (`/webhooks/<provider>`), else None."""
-    provider = path.removeprefix(PATH_PREFIX)
-    if provider == path or not provider or "/" in provider:
+def provider_of(path: str) -> tuple[str, str] | None:
+    """The provider a path delivers for and the source's label (`/webhooks/<provider>`,
+    `/webhooks/<provider>/<source>`), else None."""
+    label = path.removeprefix(PATH_PREFIX)
+    provider, slash, name = label.partition("/")
+    if label == path or not provider or "/" in name or (slash and not name):
         return None
-    return provider
+    return provider, label
 
 
 def refusal(app: Flask, environ: dict[str, Any]) -> tuple[int, dict[str, str]] | None:
     """For a front that reads bodies itself (ingest.front): what a delivery gets from its
     headers alone, before its body is read (403, 404, 413), counted as the route counts
     it; None to read the body and run the app."""
-    provider = provider_of(environ.get("PATH_INFO", ""))
-    if provider is None or environ.get("REQUEST_METHOD") != "POST":
+    target = provider_of(environ.get("PATH_INFO", ""))
+    if target is None or environ.get("REQUEST_METHOD") != "POST":
         return None
+    provider, path = target
     address = app.extensions["client_address"](environ)
     length = environ.get("CONTENT_LENGTH")
     try:
-        _check_before_body(app, provider, address, int(length) if length else None)
+        _check_before_body(app, provider, path, address, int(length) if length else None)
     except ValueError:
         return None  # a malformed Content-Length: werkzeug answers it as the app would
     except RejectedDelivery as error:
@@ -123,9 +134,9 @@ def refusal(app: Flask, environ: dict[str, Any]) -> tuple[int, dict[str, str]] |
 def count_rejected(app: Flask, environ: dict[str, Any], error: RejectedDelivery) -> None:
     """A delivery the front refused while reading its body (ingest.front), counted and
     logged as the route counts its own refusals; nothing for other paths."""
-    provider = provider_of(environ.get("PATH_INFO", ""))
-    if provider is not None:
-        _count_rejected(_label(provider), error, app.extensions["client_address"](environ))
+    target = provider_of(environ.get("PATH_INFO", ""))
+    if target is not None:
+        _count_rejected(_label(target[0]), error, app.extensions["client_address"](environ))
 
 
 def _label(provider: str) -> str:
@@ -133,19 +144,23 @@ def _label(provider: str) -> str:
     return provider if provider in providers.PROVIDERS else "unknown"
 
 
-def _check_before_body(app: Flask, provider: str, address: str | None,
-                       content_length: int | None) -> None:
-    """In order, before anything is read: SourceNotAllowed when the provider has an
-    allowlist and the client (REMOTE_ADDR as ProxyFix found it behind TRUSTED_PROXIES) is
-    outside it; ProviderNotConfigured; PayloadTooLarge from Content-Length."""
-    allowlist: Allowlist | None = app.extensions["allowlists"].get(provider)
+def _check_before_body(app: Flask, provider: str, path: str, address: str | None,
+                       content_length: int | None) -> Source:
+    """In order, before anything is read: SourceNotAllowed when the source (`path`, its
+    label) has an allowlist and the client (REMOTE_ADDR as ProxyFix found it behind
+    TRUSTED_PROXIES) is outside it; ProviderNotConfigured for an unknown or unconfigured
+    source; PayloadTooLarge from Content-Length. The source, from the dict built once."""
+    found: Source | None = app.extensions["sources"].get(path)
+    allowlists = app.extensions["allowlists"]
+    allowlist: Allowlist | None = allowlists.get(path if found else provider)
     if allowlist is not None:
-        allowlist.check(address, provider)
+        allowlist.check(address, path)
+    if found is None:
+        raise ProviderNotConfigured(f"source {path!r} is unknown or not configured")
     settings: Settings = app.extensions["settings"]
-    if providers.get(provider) is None or not settings.secrets_for(provider):
-        raise ProviderNotConfigured(f"provider {provider!r} is unknown or not configured")
     if content_length is not None and content_length > settings.max_body_bytes:
         raise PayloadTooLarge(f"body over {settings.max_body_bytes} bytes")
+    return found
 
 
 def _count_rejected(label: str, error: RejectedDelivery, address: str | None) -> None:
@@ -163,16 +178,14 @@ def _count_secret(provider: str, delivery: Delivery) -> None:
                                            "event_id": delivery.event_id})
 
 
-def _verified_delivery(provider: str) -> tuple[bytes, Delivery]:
-    """The request's body, and the delivery its provider's signature check made of it."""
+def _verified_delivery(source: Source) -> tuple[bytes, Delivery]:
+    """The request's body, and the delivery its provider's signature check made of it
+    under the source's own secrets only: a delivery signed for another source fails."""
     settings: Settings = current_app.extensions["settings"]
-    module = providers.get(provider)
-    secrets = settings.secrets_for(provider)
-    if module is None or not secrets:  # checked before the body; a module is needed here
-        raise ProviderNotConfigured(f"provider {provider!r} is unknown or not configured")
+    module = providers.PROVIDERS[source.provider]  # a configured source's provider exists
     body = _read_body(settings.max_body_bytes)
     delivery: Delivery = module.verify(
-        body, request.headers, secrets, settings.tolerance_seconds, time.time()
+        body, request.headers, source.secrets, settings.tolerance_seconds, time.time()
     )
     return body, delivery
 

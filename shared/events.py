@@ -107,7 +107,7 @@ def _listing() -> sa.Select[Any]:
         j.status, sa.func.coalesce(j.attempts, 0).label("attempts"), j.last_error,
         p.provider.is_not(None).label("paused"),
     ).select_from(webhook_events.outerjoin(
-        jobs, sa.and_(j.provider == e.provider, j.event_id == e.event_id),
+        jobs, sa.and_(j.provider == e.provider, j.source == e.source, j.event_id == e.event_id),
     ).outerjoin(paused_providers, p.provider == e.provider))
 
 
@@ -172,7 +172,8 @@ def show_event(conn: Connection, provider: str, event_id: str) -> EventDetail | 
     key = {"provider": provider, "event_id": event_id}
     # The payload as text, loaded here: a row Python cannot load (shared.payloads) is
     # shown as the text Postgres holds, with the reason, instead of failing the page.
-    event = conn.execute(sa.select(e.provider, e.event_id, e.event_type, e.received_at,
+    event = conn.execute(sa.select(e.provider, e.source, e.event_id, e.event_type,
+                                   e.received_at, e.account, e.livemode,
                                    sa.cast(e.payload, sa.Text).label("payload"))
                          .where(e.provider == provider, e.event_id == event_id)).first()
     if event is None:
@@ -183,9 +184,11 @@ def show_event(conn: Connection, provider: str, event_id: str) -> EventDetail | 
         fields.update(payload=payload.text, payload_error=payload.reason)
     job = conn.execute(sa.select(j.id, j.status, j.attempts, j.last_error, j.outcome,
                                  j.created_at, j.run_at, j.finished_at)
-                       .where(j.provider == provider, j.event_id == event_id)).first()
+                       .where(j.provider == provider, j.source == event.source,
+                              j.event_id == event_id)).first()
     duplicates = conn.execute(sa.select(sa.func.count()).where(
-        d.provider == provider, d.event_id == event_id)).scalar_one()
+        d.provider == provider, d.event_source == event.source,
+        d.event_id == event_id)).scalar_one()
     return EventDetail(
         event=fields, job=dict(job._mapping) if job else None,
         duplicates=int(duplicates),

@@ -1,9 +1,11 @@
 """The schema, as SQLAlchemy Core tables. Alembic migrations must match it (CI runs
 `alembic check`). The constraints here carry the guarantees:
 
-- webhook_events UNIQUE (provider, event_id): one row per logical event, however many
-  deliveries.
-- jobs UNIQUE (provider, event_id): one job per event.
+- webhook_events UNIQUE (provider, event_id) for every provider but `standard`: one row per
+  logical event, however many deliveries and whichever source carries it; for `standard`
+  UNIQUE (provider, source, event_id), since its senders' ids may collide (shared/sources.py).
+  (provider, source, event_id) is unique for every row: the key jobs and duplicates refer to.
+- jobs UNIQUE (provider, source, event_id): one job per event.
 - outbox UNIQUE (idempotency_key): one email per key.
 
 Apps add their tables to the same `metadata` (the reference app's are in webhooks/ledger/tables.py),
@@ -121,6 +123,9 @@ webhook_events = Table(
     metadata,
     Column("id", BigInteger, Identity(), nullable=False),
     Column("provider", Text, nullable=False),
+    # The source that delivered or reconciled it first (the default source's is the
+    # provider's name); Stripe's `account` (a connected account's events) and `livemode`.
+    Column("source", Text, nullable=False),
     Column("event_id", Text, nullable=False),
     Column("event_type", Text, nullable=False),
     Column("payload", JSONB, nullable=False),
@@ -129,8 +134,13 @@ webhook_events = Table(
     # SHA-256 of the body as received, for the providers that do not sign their event ids
     # (shared.providers.signs_event_id): a body recorded once is a duplicate under any id.
     Column("body_sha256", LargeBinary, nullable=True),
+    Column("account", Text),
+    Column("livemode", Boolean),
     PrimaryKeyConstraint("id"),
-    UniqueConstraint("provider", "event_id"),
+    UniqueConstraint("provider", "source", "event_id"),
+    # The dedup key of every provider whose ids are one namespace across its sources.
+    Index("ux_webhook_events_provider_event_id", "provider", "event_id", unique=True,
+          postgresql_where=text("provider <> 'standard'")),
     CheckConstraint(one_of(ReceivedVia, "received_via"), name="received_via"),
     # Events only reconciliation found, counted per provider on /metrics: a sign that
     # deliveries go missing. Few rows, so a small partial index.
@@ -151,12 +161,14 @@ webhook_duplicates = Table(
     metadata,
     Column("id", BigInteger, Identity(), nullable=False),
     Column("provider", Text, nullable=False),
+    Column("source", Text, nullable=False),  # the source that carried the duplicate
     Column("event_id", Text, nullable=False),
+    Column("event_source", Text, nullable=False),  # the event's own source: its key
     Column("received_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     PrimaryKeyConstraint("id"),
     ForeignKeyConstraint(
-        ["provider", "event_id"],
-        ["webhook_events.provider", "webhook_events.event_id"],
+        ["provider", "event_source", "event_id"],
+        ["webhook_events.provider", "webhook_events.source", "webhook_events.event_id"],
         ondelete="CASCADE",
     ),
     Index(None, "provider", "event_id"),
@@ -168,6 +180,7 @@ jobs = Table(
     metadata,
     Column("id", BigInteger, Identity(), nullable=False),
     Column("provider", Text, nullable=False),
+    Column("source", Text, nullable=False),  # its event's
     Column("event_id", Text, nullable=False),
     Column("event_type", Text, nullable=False),
     Column("status", Text, nullable=False, server_default=JobStatus.PENDING.value),
@@ -180,10 +193,10 @@ jobs = Table(
     # The W3C traceparent of the ingest's request span when tracing is on (shared/tracing.py)
     Column("trace_context", Text),
     PrimaryKeyConstraint("id"),
-    UniqueConstraint("provider", "event_id"),
+    UniqueConstraint("provider", "source", "event_id"),
     ForeignKeyConstraint(
-        ["provider", "event_id"],
-        ["webhook_events.provider", "webhook_events.event_id"],
+        ["provider", "source", "event_id"],
+        ["webhook_events.provider", "webhook_events.source", "webhook_events.event_id"],
         ondelete="CASCADE",
     ),
     CheckConstraint(one_of(JobStatus), name="status"),

@@ -24,7 +24,8 @@ RECONCILE = ReceivedVia.RECONCILE
 
 # The event and its job in ONE statement, hence one transaction and one round trip (run in
 # autocommit, the statement is the transaction: it returns only once committed).
-# ON CONFLICT DO NOTHING: a concurrent insert of the same (provider, event_id), or of the
+# ON CONFLICT DO NOTHING: a concurrent insert of the same (provider, event_id) from any
+# source (for `standard`, the same (provider, source, event_id)), or of the
 # same body for a provider whose ids are not signed (body_sha256, NULL for the others),
 # waits for the other transaction and then inserts nothing, so exactly one delivery
 # creates the event; the job is inserted only from the event row this statement inserted.
@@ -34,15 +35,15 @@ RECONCILE = ReceivedVia.RECONCILE
 # test_reconcile.py::test_a_delivery_and_a_reconciliation_at_once_make_one_event.
 EventJobInsert = text("""
     WITH event AS (
-        INSERT INTO webhook_events (provider, event_id, event_type, payload, received_via,
-                                    body_sha256)
-        VALUES (:provider, :event_id, :event_type, CAST(:payload AS jsonb), :received_via,
-                :body_sha256)
+        INSERT INTO webhook_events (provider, source, event_id, event_type, payload,
+                                    received_via, body_sha256, account, livemode)
+        VALUES (:provider, :source, :event_id, :event_type, CAST(:payload AS jsonb),
+                :received_via, :body_sha256, :account, :livemode)
         ON CONFLICT DO NOTHING
-        RETURNING provider, event_id, event_type
+        RETURNING provider, source, event_id, event_type
     )
-    INSERT INTO jobs (provider, event_id, event_type, trace_context)
-    SELECT provider, event_id, event_type, CAST(:trace_context AS text) FROM event
+    INSERT INTO jobs (provider, source, event_id, event_type, trace_context)
+    SELECT provider, source, event_id, event_type, CAST(:trace_context AS text) FROM event
     RETURNING id, status
 """)
 
@@ -52,23 +53,29 @@ EventJobInsert = text("""
 # its commit wait for a synchronous standby, and the standby confirms WAL in order: so a
 # duplicate of an event whose own commit still waits (it is visible on the primary
 # already) is acknowledged only once the event is replicated too, or answered 503.
+# The original is looked up by the dedup key: (provider, event_id), and for `standard`
+# (provider, source, event_id) (:scoped); the duplicate records the source that carried it.
 # Proven by: test_ingest.py::test_duplicate_answers_job_status_and_is_counted,
+# test_sources.py::test_the_same_stripe_event_on_two_sources_is_one_row_one_job,
 # test_synchronous_commit.py::test_a_commit_the_standby_never_confirms_is_answered_503_within_10_s.
 DuplicateCount = text("""
     WITH original AS (
-        SELECT event_id FROM webhook_events WHERE provider = :provider AND event_id = :event_id
+        SELECT source, event_id FROM webhook_events
+        WHERE provider = :provider AND event_id = :event_id
+          AND (NOT :scoped OR source = :source)
         UNION ALL
-        (SELECT event_id FROM webhook_events
+        (SELECT source, event_id FROM webhook_events
          WHERE provider = :provider AND body_sha256 = :body_sha256
            AND NOT EXISTS (SELECT 1 FROM webhook_events
                            WHERE provider = :provider AND event_id = :event_id))
         LIMIT 1
     ), counted AS (
-        INSERT INTO webhook_duplicates (provider, event_id)
-        SELECT :provider, event_id FROM original
+        INSERT INTO webhook_duplicates (provider, source, event_id, event_source)
+        SELECT :provider, :source, event_id, source FROM original
     )
     SELECT j.id, j.status, o.event_id FROM original o
-    LEFT JOIN jobs j ON j.provider = :provider AND j.event_id = o.event_id
+    LEFT JOIN jobs j ON j.provider = :provider AND j.source = o.source
+                    AND j.event_id = o.event_id
 """)
 
 # --- jobs ---------------------------------------------------------------------------
@@ -79,6 +86,7 @@ class ClaimedJob(NamedTuple):
 
     id: int
     provider: str
+    source: str
     event_id: str
     event_type: str
     attempts: int
@@ -88,6 +96,8 @@ class ClaimedJob(NamedTuple):
     payload: Any
     received_at: datetime
     trace_context: str | None  # the ingest's traceparent (shared/tracing.py)
+    account: str | None  # Stripe's connected account, else None
+    livemode: bool | None  # Stripe's livemode, else None
 
 
 # Due: pending, its time come, and its provider not paused (`webhooks pause`). The claims
@@ -102,9 +112,9 @@ DUE = f"""status = '{PENDING}' AND run_at <= now()
 # test_worker_process.py::test_worker_killed_mid_transaction_loses_nothing_and_applies_once,
 # test_pause.py::test_a_paused_providers_jobs_are_not_claimed_nor_due (DUE).
 JobClaimDue = text(f"""
-    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload::text AS payload,
-           e.received_at, j.trace_context
-    FROM jobs j JOIN webhook_events e USING (provider, event_id)
+    SELECT j.id, j.provider, j.source, j.event_id, j.event_type, j.attempts,
+           e.payload::text AS payload, e.received_at, j.trace_context, e.account, e.livemode
+    FROM jobs j JOIN webhook_events e USING (provider, source, event_id)
     WHERE j.id IN (
         SELECT id FROM jobs
         WHERE {DUE}
@@ -130,9 +140,9 @@ JOB_KEY_LOCK_SPACE = 0x77686B  # the first half of the two-int advisory lock key
 # Claim one named job (a message's job) if it is due; the same locking rule.
 # Proven by: test_jobs.py::test_two_connections_racing_for_one_job_exactly_one_wins.
 JobClaimById = text(f"""
-    SELECT j.id, j.provider, j.event_id, j.event_type, j.attempts, e.payload::text AS payload,
-           e.received_at, j.trace_context
-    FROM jobs j JOIN webhook_events e USING (provider, event_id)
+    SELECT j.id, j.provider, j.source, j.event_id, j.event_type, j.attempts,
+           e.payload::text AS payload, e.received_at, j.trace_context, e.account, e.livemode
+    FROM jobs j JOIN webhook_events e USING (provider, source, event_id)
     WHERE j.id = (
         SELECT id FROM jobs
         WHERE id = :id AND {DUE}
@@ -284,12 +294,12 @@ JobReplay = text(f"""
 EventDeleteFinished = text(f"""
     DELETE FROM webhook_events e
     USING (
-        SELECT j.provider, j.event_id FROM jobs j
+        SELECT j.provider, j.source, j.event_id FROM jobs j
         WHERE j.status = '{DONE}' AND j.finished_at < now() - make_interval(days => :days)
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ) old
-    WHERE e.provider = old.provider AND e.event_id = old.event_id
+    WHERE e.provider = old.provider AND e.source = old.source AND e.event_id = old.event_id
 """)
 
 # --- reconciliation -----------------------------------------------------------------
@@ -390,12 +400,13 @@ AuditSnapshot = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
 
 # Events without their job: EventJobInsert writes both in one statement and retention
 # deletes both (ON DELETE CASCADE), so none should exist. An anti-join through the jobs'
-# UNIQUE (provider, event_id) index.
+# UNIQUE (provider, source, event_id) index.
 # Proven by: test_audit.py::test_the_audit_names_an_event_without_its_job.
 AuditEventsWithoutJob = text("""
     SELECT e.provider, e.event_id, e.event_type, e.received_at FROM webhook_events e
     WHERE NOT EXISTS (SELECT FROM jobs j
-                      WHERE j.provider = e.provider AND j.event_id = e.event_id)
+                      WHERE j.provider = e.provider AND j.source = e.source
+                        AND j.event_id = e.event_id)
       AND (CAST(:since AS timestamptz) IS NULL OR e.received_at >= :since)
     ORDER BY e.provider, e.event_id
 """)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import db, providers, queries
+from shared import db, providers, queries, sources
 from shared.errors import DatabaseUnavailable, InvalidPayload
 from shared.models import JobStatus, ReceivedVia
 
@@ -27,13 +27,31 @@ class Recorded:
     event_id: str | None = None
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where an event came from, recorded on its row: the source that carried it (None:
+    the provider's default source), and Stripe's `account` and `livemode` (None elsewhere).
+    The job is the event's: it takes the event row's source."""
+
+    source: str | None = None
+    account: str | None = None
+    livemode: bool | None = None
+
+
+DEFAULT_ORIGIN = Origin()
+
+
 def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
                  payload: bytes, via: ReceivedVia = ReceivedVia.DELIVERY,
-                 trace_context: str | None = None) -> Recorded:
+                 trace_context: str | None = None, origin: Origin = DEFAULT_ORIGIN) -> Recorded:
     """Commit the event and its job, or count a duplicate and find the job of the event
     seen before. `engine` is an autocommit engine (db.create_engine(autocommit=True));
     `payload` is the event's JSON, as received; `trace_context` a traceparent stored with
-    the job (shared/tracing.py).
+    the job (shared/tracing.py); `origin` its source, account and livemode.
+
+    The dedup key is the provider's (provider, event_id) whichever source carries the
+    event, and (provider, source, event_id) for `standard` (shared.sources.dedup_by_source):
+    a second source's delivery of one Stripe event is a duplicate, counted with its source.
 
     Returns only after COMMIT, so an acknowledgement always stands on committed rows. A
     connection that died in the pool (database restarted) is retried once on a fresh one.
@@ -41,7 +59,7 @@ def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
     for attempt in (1, 2):
         try:
             return _record(engine, provider, event_id, event_type, payload, via,
-                           trace_context)
+                           trace_context, origin)
         except DatabaseUnavailable as error:
             cause = error.__cause__
             stale = isinstance(cause, sa.exc.DBAPIError) and cause.connection_invalidated
@@ -51,17 +69,20 @@ def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
 
 
 def _record(engine: Engine, provider: str, event_id: str, event_type: str,
-            payload: bytes, via: ReceivedVia, trace_context: str | None) -> Recorded:
+            payload: bytes, via: ReceivedVia, trace_context: str | None,
+            origin: Origin) -> Recorded:
     # A provider whose signature leaves the id out (GitHub, Shopify): one captured delivery
     # re-sent under new ids would mint new events, so its body is unique too.
     body_sha256 = None if providers.signs_event_id(provider) else hashlib.sha256(payload).digest()
-    key = {"provider": provider, "event_id": event_id, "body_sha256": body_sha256}
+    key = {"provider": provider, "source": origin.source or provider, "event_id": event_id,
+           "body_sha256": body_sha256, "scoped": sources.dedup_by_source(provider)}
     try:
         # One statement on an autocommit engine is one transaction, committed before
         # fetch_one returns.
         job = db.fetch_one(engine, queries.EventJobInsert, {
             **key, "event_type": event_type, "payload": payload.decode("utf-8"),
-            "received_via": str(via), "trace_context": trace_context})
+            "received_via": str(via), "trace_context": trace_context,
+            "account": origin.account, "livemode": origin.livemode})
         if job is not None:
             return Recorded(job_id=job[0], duplicate=False, status=job[1])
         existing = db.fetch_one(engine, queries.DuplicateCount, key)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared import sources as s
 from shared import variables as v
 from shared.errors import MissingVariable
 from shared.providers import PROVIDERS
@@ -20,8 +21,7 @@ from shared.variables import IPNetwork, Section, family, setting
 
 DATABASE_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 BROKER_SCHEMES = ("redis", "rediss", "unix", "amqp", "amqps")
-# A hook's API path: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID.
-GITHUB_HOOK = r"(repos/[\w.-]+/[\w.-]+|orgs/[\w.-]+)/hooks/\d+"
+GITHUB_HOOK = s.GITHUB_HOOK
 LOOPBACK = "127.0.0.1"
 TRANSACTION_POOLING = "transaction"  # DATABASE_POOLER's one value
 DEPLOY, RECONCILE, INGRESS, OBSERVE = (Section.DEPLOY, Section.RECONCILIATION, Section.INGRESS,
@@ -109,6 +109,13 @@ class Settings:
     secrets: Mapping[str, tuple[str, ...]] = family(
         _secret_variables(), "<PROVIDER>_WEBHOOK_SECRET",
         "endpoint secrets, comma-separated for rotation (see Providers)", DEPLOY, "unset: 404")
+    # The providers' named sources (shared/sources.py); the default ones are the fields
+    # above and below, and `sources` is the registry of both.
+    named_sources: Mapping[str, tuple[s.Source, ...]] = s.named_sources_field()
+    stripe_livemode: s.Livemode = setting(
+        "STRIPE_LIVEMODE", lambda raw: s.Livemode(v.choice(*s.Livemode)(raw)), s.Livemode.ANY,
+        "`any`, `live` or `test`: which of the default Stripe source's events take effect",
+        DEPLOY)
     tolerance_seconds: int = setting(
         "WEBHOOK_TOLERANCE_SECONDS", v.integer(1), 300,
         "signed timestamp tolerance, past or future", DEPLOY)
@@ -170,7 +177,7 @@ class Settings:
     github_api_base: str = setting("GITHUB_API_BASE", v.http_url, "https://api.github.com",
                                    "GitHub's API", RECONCILE)
     github_hooks: tuple[str, ...] = setting(
-        "GITHUB_HOOKS", v.pattern(GITHUB_HOOK, "repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID"),
+        "GITHUB_HOOKS", v.pattern(GITHUB_HOOK, s.GITHUB_HOOK_WHAT),
         (), "the hooks to reconcile, e.g. `repos/acme/shop/hooks/12,orgs/acme/hooks/34`", RECONCILE,
         "none")
     reconcile_interval_seconds: float = setting(
@@ -226,6 +233,25 @@ class Settings:
 
     def secrets_for(self, provider: str) -> tuple[str, ...]:
         return self.secrets.get(provider, ())
+
+    @property
+    def sources(self) -> s.Sources:
+        """Every configured source (one with secrets): the providers' default sources from
+        their own variables, and the named ones. Built on each call (nothing is kept on the
+        frozen settings, so `Settings(**settings.__dict__)` copies stay valid): a process
+        builds it once at start and keeps it (the ingest: ingest/app.py)."""
+        return s.build({provider: self._default_source(provider)
+                        for provider in PROVIDERS if self.secrets_for(provider)},
+                       self.named_sources)
+
+    def _default_source(self, provider: str) -> s.Source:
+        credentials = {"stripe": self.stripe_api_key, "paddle": self.paddle_api_key,
+                       "github": self.github_token}
+        return s.Source(provider, provider, self.secrets_for(provider),
+                        tuple(self.allowed_networks.get(provider, ())),
+                        api_key=credentials.get(provider),
+                        hooks=self.github_hooks if provider == "github" else (),
+                        livemode=self.stripe_livemode if provider == "stripe" else s.Livemode.ANY)
 
     def require_servers(self, *, broker: bool = True) -> None:
         """MissingVariable unless DATABASE_URL (and BROKER_URL) are set. A deploy that

@@ -3,6 +3,10 @@ where the settings object that holds it declares the field (shared.settings.Sett
 webhooks.console.settings.ConsoleSettings). The settings are read from these declarations and the
 README's tables of variables are generated from them (`python -m webhooks.readme`).
 
+Variables whose names depend on another's value (a provider's named sources,
+`STRIPE_<NAME>_WEBHOOK_SECRET`) are declared by shared.sources.NamedSources, whose `rows`
+the README's table lists as patterns.
+
 A parser takes the variable's text (never empty: unset or blank means the default) and
 returns the value, or raises ValueError with the problem, which becomes one ConfigError
 line naming the variable.
@@ -100,7 +104,7 @@ def family(members: Iterable[tuple[str, Variable]], pattern: str, doc: str,
     return dataclasses.field(default_factory=dict, metadata={DECLARATION: declared})
 
 
-def declarations(*classes: type) -> Iterator[Variable | Family]:
+def declarations(*classes: type) -> Iterator[Any]:
     """The declarations of the settings classes' fields, in their order."""
     for cls in classes:
         for item in dataclasses.fields(cls):
@@ -120,6 +124,9 @@ def markdown_table(section: Section, *classes: type) -> str:
     rows = ["| variable | meaning | default |", "| --- | --- | --- |"]
     for declared in declarations(*classes):
         if declared.section != section:
+            continue
+        if hasattr(declared, "rows"):  # variables named by patterns (shared.sources)
+            rows.extend(f"| `{name}` | {doc} | {default} |" for name, doc, default in declared.rows)
             continue
         name = (f"`{declared.name}`" if isinstance(declared, Variable)
                 else f"`{declared.pattern}` ({', '.join(f'`{n}`' for n in declared.names())})")

@@ -53,13 +53,13 @@ def insert_event_and_job(engine: Engine, event: dict[str, Any], provider: str = 
     """Insert an event row and its pending job directly (no broker message)."""
     with engine.begin() as conn:
         conn.execute(
-            sa.text("INSERT INTO webhook_events (provider, event_id, event_type, payload) "
-                    "VALUES (:p, :e, :t, CAST(:payload AS jsonb))"),
+            sa.text("INSERT INTO webhook_events (provider, source, event_id, event_type, payload) "
+                    "VALUES (:p, :p, :e, :t, CAST(:payload AS jsonb))"),
             {"p": provider, "e": event["id"], "t": event.get("type", "unknown"),
              "payload": json.dumps(event)},
         )
-        columns = ", ".join(["provider", "event_id", "event_type", *job])
-        values = ", ".join([":p", ":e", ":t", *(f":{k}" for k in job)])
+        columns = ", ".join(["provider", "source", "event_id", "event_type", *job])
+        values = ", ".join([":p", ":p", ":e", ":t", *(f":{k}" for k in job)])
         job_id: int = conn.execute(
             sa.text(f"INSERT INTO jobs ({columns}) VALUES ({values}) RETURNING id"),
             {"p": provider, "e": event["id"], "t": event.get("type", "unknown"), **job},

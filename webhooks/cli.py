@@ -43,8 +43,11 @@ LOOPBACK = "127.0.0.1"
 
 
 def load_settings() -> Settings:
+    """The settings; a bad value exits 2, a missing one (a named source's secret) 1."""
     try:
         return Settings.from_env()
+    except MissingVariable as error:
+        fail(str(error))
     except ConfigError as error:
         fail(str(error), code=2)
 

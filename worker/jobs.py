@@ -212,6 +212,7 @@ def _job_context(conn: Connection, settings: Settings, row: ClaimedJob) -> handl
     return handlers.JobContext(
         conn=conn, settings=settings, job_id=row.id, provider=row.provider,
         event_id=row.event_id, event_type=row.event_type, payload=row.payload,
+        source=row.source, account=row.account, livemode=row.livemode,
     )
 
 
@@ -224,7 +225,7 @@ def _fetched(conn: Connection, settings: Settings, row: ClaimedJob,
     if row.provider != "stripe" or not thin_events.is_thin(row.payload):
         return row
     try:
-        return row._replace(payload=thin_events.fetch(settings, row.provider, row.payload))
+        return row._replace(payload=thin_events.fetch(settings, row.source, row.payload))
     except thin_events.ThinFetchFailed as error:
         _after_error(conn, settings, row, error, result, _log_fields(row))
         return None

@@ -55,11 +55,13 @@ def is_thin(payload: Any) -> bool:
 
 
 def api_key_for(settings: Settings, source: str) -> str:
-    """The API key that fetches a source's thin events: the default source's
-    STRIPE_API_KEY (the one Stripe source there is)."""
-    if not settings.stripe_api_key:
-        raise PermanentJobError("a thin event needs STRIPE_API_KEY to fetch it")
-    return settings.stripe_api_key
+    """The API key that fetches a source's thin events: the source's own
+    (STRIPE_<NAME>_API_KEY, or STRIPE_API_KEY for the default source)."""
+    found = settings.sources.get("stripe", source)
+    if found is None or not found.api_key:
+        raise PermanentJobError(f"a thin event of source {source!r} needs its API key to "
+                                "fetch it")
+    return found.api_key
 
 
 def fetch(settings: Settings, source: str, thin: dict[str, Any]) -> dict[str, Any]:

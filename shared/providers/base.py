@@ -113,6 +113,11 @@ class Delivery:
     # Which configured secret verified it: its 0-based index in the comma-separated
     # variable, so that a rotation can be watched until the old secret is no longer used.
     secret_index: int = 0
+    # Stripe's: the connected account an event belongs to (a Connect endpoint's events, a
+    # thin event's `context`; None for the platform's own) and the event's livemode. Read
+    # from the payload the verification parsed (no second parse); None elsewhere.
+    account: str | None = None
+    livemode: bool | None = None
 
 
 def parse_object(body: bytes) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Any
 
 from shared.errors import InvalidSignature
 from shared.providers.base import (
@@ -47,12 +48,24 @@ def verify(
     if index is None:
         raise InvalidSignature("no Stripe signature matches a configured secret")
     payload = parse_object(body)
+    account, livemode = origin(payload)
     return Delivery(
         event_id=require_id(payload.get("id"), "event id"),
         event_type=optional_type(payload.get("type")),
         payload=payload,
         secret_index=index,
+        account=account,
+        livemode=livemode,
     )
+
+
+def origin(payload: dict[str, Any]) -> tuple[str | None, bool | None]:
+    """The event's connected account (a snapshot event's `account`, a thin event's
+    `context`) and its `livemode`; None for what is absent or not of its type."""
+    account = payload.get("account", payload.get("context"))
+    livemode = payload.get("livemode")
+    return (account if isinstance(account, str) and account else None,
+            livemode if isinstance(livemode, bool) else None)
 
 
 def sign(body: bytes, secret: str, now: float) -> dict[str, str]:

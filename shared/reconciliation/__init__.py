@@ -16,6 +16,7 @@ every number and string as served (Stripe's `*_decimal` fields stay strings).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,8 @@ from sqlalchemy.engine import Engine
 from shared import db, providers, queries, wakeups
 from shared.errors import InvalidPayload, MissingVariable, WebhooksError
 from shared.models import ReceivedVia
-from shared.recording import record_event
+from shared.providers import stripe as stripe_provider
+from shared.recording import Origin, record_event
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -176,6 +178,19 @@ def _recorded(engine: Engine, provider: str, event_ids: Sequence[str]) -> set[st
     return found
 
 
+def _origin(provider: str, payload: bytes) -> Origin:
+    """What the event's row records of its origin. Reconciliation lists the default
+    source's events with the provider's own credentials, so its source is the default
+    one; a per-source reconciliation passes its source's name here instead."""
+    if provider != stripe_provider.name:
+        return Origin(source=provider)
+    try:
+        account, livemode = stripe_provider.origin(json.loads(payload))
+    except (ValueError, AttributeError):
+        account, livemode = None, None
+    return Origin(source=provider, account=account, livemode=livemode)
+
+
 def _record(engine: Engine, source: Source, provider: str, missing: list[Listing],
             result: Result, wake: Callable[[list[int]], object] | None) -> None:
     new_jobs: list[int] = []
@@ -187,7 +202,8 @@ def _record(engine: Engine, source: Source, provider: str, missing: list[Listing
                 event_type, payload = fetched.event_type, fetched.payload
             try:
                 done = record_event(engine, provider, listing.event_id, event_type, payload,
-                                    via=ReceivedVia.RECONCILE)
+                                    via=ReceivedVia.RECONCILE,
+                                    origin=_origin(provider, payload))
             except InvalidPayload as error:
                 result.skipped.append((listing.event_id, str(error)))
                 log.error("event skipped by reconciliation: it cannot be stored",

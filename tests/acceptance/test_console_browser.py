@@ -257,15 +257,17 @@ def _seed_a_day_of_traffic(engine: Engine) -> str:
     failed["id"] = "evt_1QfT8d2eZvKYlo2CuV0Zb3xk"
     with engine.begin() as conn:
         conn.execute(sa.text("""
-            INSERT INTO webhook_events (provider, event_id, event_type, payload, received_at)
-            VALUES (:p, :e, :t, CAST(:payload AS jsonb), :at)"""), rows)
+            INSERT INTO webhook_events (provider, source, event_id, event_type, payload,
+                                        received_at)
+            VALUES (:p, :p, :e, :t, CAST(:payload AS jsonb), :at)"""), rows)
         conn.execute(sa.text("""
-            INSERT INTO jobs (provider, event_id, event_type, status, attempts, created_at,
-                              run_at, finished_at)
-            VALUES (:p, :e, :t, :status, 1, :at, :at,
+            INSERT INTO jobs (provider, source, event_id, event_type, status, attempts,
+                              created_at, run_at, finished_at)
+            VALUES (:p, :p, :e, :t, :status, 1, :at, :at,
                     CASE WHEN :status = 'done' THEN :at END)"""), rows)
-        conn.execute(sa.text("INSERT INTO webhook_duplicates (provider, event_id) "
-                             "SELECT provider, event_id FROM webhook_events "
+        conn.execute(sa.text("INSERT INTO webhook_duplicates (provider, source, event_id, "
+                             "event_source) SELECT provider, source, event_id, source "
+                             "FROM webhook_events "
                              "ORDER BY id LIMIT 9"))
     failed_event(engine, failed, error="PermanentJobError: invoice in_1QfT7x2eZvKYlo2C has "
                                        "no amount_paid")

@@ -223,10 +223,11 @@ class Hosts:
         payload = {"id": event_id, "object": "event", "type": event_type,
                    "created": int(time.time()),
                    "data": {"object": {"customer": customer, **extra}}}
-        self.rows("WITH e AS (INSERT INTO webhook_events (provider, event_id, event_type, "
-                  "payload) VALUES ('stripe', :e, :t, CAST(:p AS jsonb)) RETURNING 1) "
-                  "INSERT INTO jobs (provider, event_id, event_type) "
-                  "SELECT 'stripe', :e, :t FROM e RETURNING id",
+        self.rows("WITH e AS (INSERT INTO webhook_events (provider, source, event_id, "
+                  "event_type, payload) VALUES ('stripe', 'stripe', :e, :t, "
+                  "CAST(:p AS jsonb)) RETURNING 1) "
+                  "INSERT INTO jobs (provider, source, event_id, event_type) "
+                  "SELECT 'stripe', 'stripe', :e, :t FROM e RETURNING id",
                   e=event_id, t=event_type, p=json.dumps(payload))
         return event_id
 

@@ -30,7 +30,7 @@ def others_delay_ms(system: System, since: datetime, until: datetime) -> float:
     """Median ack-to-done delay of the non-Stripe jobs received in [since, until)."""
     rows = system.rows(
         "SELECT extract(epoch FROM j.finished_at - e.received_at) * 1000 AS ms "
-        "FROM jobs j JOIN webhook_events e USING (provider, event_id) "
+        "FROM jobs j JOIN webhook_events e USING (provider, source, event_id) "
         "WHERE e.provider <> 'stripe' AND j.status = 'done' "
         "AND e.received_at >= :since AND e.received_at < :until", since=since, until=until)
     return statistics.median(float(r.ms) for r in rows) if rows else float("nan")

@@ -57,11 +57,11 @@ def insert(engine: Engine, provider: str, event_id: str, event_type: str,
     with engine.begin() as conn:
         conn.execute(sa.text("""
             WITH event AS (
-                INSERT INTO webhook_events (provider, event_id, event_type, payload)
-                VALUES (:provider, :event_id, :event_type, CAST(:payload AS jsonb))
-                RETURNING provider, event_id, event_type
+                INSERT INTO webhook_events (provider, source, event_id, event_type, payload)
+                VALUES (:provider, :provider, :event_id, :event_type, CAST(:payload AS jsonb))
+                RETURNING provider, source, event_id, event_type
             )
-            INSERT INTO jobs (provider, event_id, event_type) SELECT * FROM event"""),
+            INSERT INTO jobs (provider, source, event_id, event_type) SELECT * FROM event"""),
             {"provider": provider, "event_id": event_id, "event_type": event_type,
              "payload": json.dumps(payload)})
 
@@ -181,8 +181,8 @@ def test_the_audit_names_a_job_due_too_long_unless_paused(clean_db: Engine,
 
 
 def test_the_audit_names_an_event_without_its_job(clean_db: Engine, settings: Settings) -> None:
-    execute(clean_db, "INSERT INTO webhook_events (provider, event_id, event_type, payload) "
-                      "VALUES ('github', 'gh_orphan', 'push', '{}')")
+    execute(clean_db, "INSERT INTO webhook_events (provider, source, event_id, event_type, "
+                      "payload) VALUES ('github', 'github', 'gh_orphan', 'push', '{}')")
     result = audit(settings)
     assert result.exit_code == 1
     assert len(lines(result)) == 1
@@ -195,8 +195,8 @@ def test_json_is_one_object_per_violation_naming_its_rows(processed: Engine,
                                                           settings: Settings) -> None:
     execute(processed, "UPDATE outbox SET message_id = NULL WHERE id IN "
                        "(SELECT id FROM outbox ORDER BY id LIMIT 2)")
-    execute(processed, "INSERT INTO webhook_events (provider, event_id, event_type, payload) "
-                       "VALUES ('stripe', 'evt_orphan', 'invoice.paid', '{}')")
+    execute(processed, "INSERT INTO webhook_events (provider, source, event_id, event_type, "
+                       "payload) VALUES ('stripe', 'stripe', 'evt_orphan', 'invoice.paid', '{}')")
     result = audit(settings, "--json")
     assert result.exit_code == 1
     objects = [json.loads(line) for line in lines(result)]

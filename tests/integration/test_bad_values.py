@@ -58,6 +58,25 @@ BAD_VALUES: dict[str, str] = {
     "CONSOLE_USER": "ad:min",
     "CONSOLE_READONLY": "maybe",
     **{f"{name.upper()}_ALLOWED_IPS": "10.0.0.0/33" for name in PROVIDERS},
+    "STRIPE_LIVEMODE": "sometimes",
+    "STRIPE_SOURCES": "Connect",
+    "PADDLE_SOURCES": "paddle",
+    "SHOPIFY_SOURCES": "9shop",
+    "GITHUB_SOURCES": "org,org",
+    "SLACK_SOURCES": "default",
+    "STANDARD_SOURCES": "x" * 33,
+}
+# A named source's variables (the README's patterns, `STRIPE_<NAME>_EVENTS`): each with the
+# variables that name its source and give it a secret.
+CONNECT = {"STRIPE_SOURCES": "connect", "STRIPE_CONNECT_WEBHOOK_SECRET": "whsec_x"}
+SOURCE_BAD_VALUES: dict[str, tuple[str, dict[str, str]]] = {
+    "STANDARD_CLERK_WEBHOOK_SECRET": ("whsec_not*base64", {"STANDARD_SOURCES": "clerk"}),
+    "STRIPE_CONNECT_ALLOWED_IPS": ("10.0.0.0/33", CONNECT),
+    "STRIPE_CONNECT_CONNECT": ("maybe", CONNECT),
+    "STRIPE_CONNECT_EVENTS": ("fat", CONNECT),
+    "STRIPE_CONNECT_LIVEMODE": ("sometimes", CONNECT),
+    "GITHUB_ORG_HOOKS": ("repos/acme", {"GITHUB_SOURCES": "org",
+                                        "GITHUB_ORG_WEBHOOK_SECRET": "s"}),
 }
 # Variables any text is valid for: tokens, passwords, names, paths, the HMAC secrets.
 ANY_TEXT = {declared.name for declared in variables.declarations(Settings, ConsoleSettings)
@@ -91,11 +110,26 @@ CASES = [(variable, _process_for(variable, turn))
 @pytest.mark.parametrize(("variable", "process"), CASES, ids=[v for v, _ in CASES])
 def test_a_bad_value_is_one_line_naming_it_and_exit_2(variable: str, process: str,
                                                       tmp_path: Path) -> None:
+    _check_refused(variable, {variable: BAD_VALUES[variable]}, process, tmp_path)
+
+
+SOURCE_CASES = [(variable, PROCESSES[turn % len(PROCESSES)])
+                for turn, variable in enumerate(SOURCE_BAD_VALUES)]
+
+
+@pytest.mark.parametrize(("variable", "process"), SOURCE_CASES, ids=[v for v, _ in SOURCE_CASES])
+def test_a_named_sources_bad_value_is_one_line_naming_it_and_exit_2(
+        variable: str, process: str, tmp_path: Path) -> None:
+    bad, named = SOURCE_BAD_VALUES[variable]
+    _check_refused(variable, {**named, variable: bad}, process, tmp_path)
+
+
+def _check_refused(variable: str, values: dict[str, str], process: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OTEL_", "CONSOLE_", "WEBHOOK", "WEB_", "WORKER_"))}
     env.update({"DATABASE_URL": "postgresql://u@127.0.0.1:1/db", "BROKER_URL": "redis://127.0.0.1:1/0",
                 "CONSOLE_PASSWORD": "a long enough password", "PYTHONPATH": str(ROOT),
-                variable: BAD_VALUES[variable]})
+                **values})
     result = subprocess.run([sys.executable, "-m", "webhooks", process], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=60)
     lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -98,8 +98,9 @@ def test_limit_beyond_one_page_of_the_listing(run, clean_db) -> None:  # type: i
 
     with clean_db.begin() as conn:
         conn.execute(sa.text("""
-            INSERT INTO webhook_events (provider, event_id, event_type, payload, received_at)
-            SELECT 'stripe', 'evt_many_' || n, 'invoice.paid', '{}'::jsonb,
+            INSERT INTO webhook_events (provider, source, event_id, event_type, payload,
+                                        received_at)
+            SELECT 'stripe', 'stripe', 'evt_many_' || n, 'invoice.paid', '{}'::jsonb,
                    now() - make_interval(secs => n)
             FROM generate_series(1, :n) AS n
         """), {"n": MAX_PAGE + 20})
@@ -166,8 +167,10 @@ def test_show_prints_the_effects_after_the_job_ran(run, clean_db, settings) -> N
     factories.insert_event_and_job(clean_db, body)
     jobs.process_batch(clean_db, settings)
     with clean_db.begin() as conn:
-        conn.execute(sa.text("INSERT INTO webhook_duplicates (provider, event_id) "
-                             "VALUES ('stripe', :id), ('stripe', :id)"), {"id": body["id"]})
+        conn.execute(sa.text("INSERT INTO webhook_duplicates "
+                             "(provider, source, event_id, event_source) "
+                             "VALUES ('stripe', 'stripe', :id, 'stripe'), "
+                             "('stripe', 'stripe', :id, 'stripe')"), {"id": body["id"]})
         conn.execute(sa.text("UPDATE outbox SET status = 'sent', message_id = 'pm-msg-42', "
                              "sent_at = now()"))
     text = run("show", "stripe", body["id"])

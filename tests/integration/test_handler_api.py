@@ -33,6 +33,9 @@ def test_user_handler_module_named_in_settings_runs_in_the_job_transaction(
     assert outcome == "push to octo/hello recorded"
     with clean_db.begin() as conn:
         conn.execute(sa.text("DROP TABLE example_github_pushes"))
+    # The module stays imported, its handler registered: later tests' GitHub pushes would
+    # run it against the dropped table.
+    handlers._registry.pop(("github", "push"), None)
 
 
 def test_registering_two_handlers_for_one_type_is_an_error() -> None:

@@ -58,12 +58,12 @@ def test_a_row_python_cannot_load_fails_its_own_job_and_the_others_run(  # type:
     handlers.load(settings)
     with clean_db.begin() as conn:
         conn.execute(sa.text(
-            "INSERT INTO webhook_events (provider, event_id, event_type, payload) VALUES "
-            "('stripe', 'evt_poison', 'customer.updated', "
+            "INSERT INTO webhook_events (provider, source, event_id, event_type, payload) "
+            "VALUES ('stripe', 'stripe', 'evt_poison', 'customer.updated', "
             "'{\"id\": \"evt_poison\", \"data\": {\"object\": {\"n\": 1e5000}}}'::jsonb)"))
         poison = conn.execute(sa.text(
-            "INSERT INTO jobs (provider, event_id, event_type) VALUES "
-            "('stripe', 'evt_poison', 'customer.updated') RETURNING id")).scalar_one()
+            "INSERT INTO jobs (provider, source, event_id, event_type) VALUES "
+            "('stripe', 'stripe', 'evt_poison', 'customer.updated') RETURNING id")).scalar_one()
     good = factories.insert_event_and_job(clean_db, factories.stripe_event(
         "invoice.paid", factories.invoice("in_after", customer="cus_after", amount=700)))
     for _ in range(3):

@@ -136,13 +136,13 @@ def test_large_tables_estimate_done_jobs_and_sent_emails(clean_db: Engine, setti
     (here exact: ANALYZE of a small table samples every row); pending and failed stay exact."""
     with clean_db.begin() as conn:
         conn.execute(sa.text(
-            "INSERT INTO webhook_events (provider, event_id, event_type, payload) "
-            "SELECT p, p || g, 't', '{}' FROM generate_series(1, 30) g, "
+            "INSERT INTO webhook_events (provider, source, event_id, event_type, payload) "
+            "SELECT p, p, p || g, 't', '{}' FROM generate_series(1, 30) g, "
             "unnest(ARRAY['stripe', 'stripe', 'github']) WITH ORDINALITY AS x(p, n) "
             "WHERE n < 3 OR g <= 10 ON CONFLICT DO NOTHING"))
         conn.execute(sa.text(
-            "INSERT INTO jobs (provider, event_id, event_type, status) "
-            "SELECT provider, event_id, 't', CASE WHEN event_id IN ('stripe1', 'github1') "
+            "INSERT INTO jobs (provider, source, event_id, event_type, status) "
+            "SELECT provider, source, event_id, 't', CASE WHEN event_id IN ('stripe1', 'github1') "
             "THEN 'failed' WHEN event_id = 'stripe2' THEN 'pending' ELSE 'done' END "
             "FROM webhook_events"))
         conn.execute(sa.text(

@@ -85,7 +85,7 @@ def events_in_db(engine: Engine, provider: str) -> dict[str, str]:
     with engine.connect() as conn:
         return dict(conn.execute(sa.text(
             "SELECT e.event_id, e.received_via FROM webhook_events e JOIN jobs j "
-            "USING (provider, event_id) WHERE e.provider = :p"), {"p": provider}).all())
+            "USING (provider, source, event_id) WHERE e.provider = :p"), {"p": provider}).all())
 
 
 def reconcile(settings: Settings, engine: Engine, provider: str,

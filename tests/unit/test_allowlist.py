@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from ingest.allowlist import Allowlist, for_providers
+from ingest.allowlist import Allowlist, for_sources
 from shared.errors import SourceNotAllowed
 from shared.settings import Settings
 
@@ -76,7 +76,7 @@ def test_check_names_the_address() -> None:
 def test_from_settings() -> None:
     settings = Settings.from_env({"STRIPE_ALLOWED_IPS": "3.18.12.63, 2001:db8::/32",
                                   "GITHUB_ALLOWED_IPS": "192.30.252.0/22"})
-    lists = for_providers(settings)
+    lists = for_sources(settings)
     assert set(lists) == {"stripe", "github"}
     assert lists["stripe"].allows("2001:db8::1") and not lists["stripe"].allows("3.18.12.64")
     assert lists["github"].allows("192.30.253.1")

@@ -109,7 +109,7 @@ InvoiceCreditMismatch = sa.text(f"""
         SELECT o.obj ->> 'id' AS invoice_id, (o.obj ->> 'amount_paid')::numeric AS amount_paid,
                max(o.received_at) AS received_at
         FROM (SELECT e.payload #> '{{data,object}}' AS obj, e.received_at
-              FROM webhook_events e JOIN jobs j USING (provider, event_id)
+              FROM webhook_events e JOIN jobs j USING (provider, source, event_id)
               WHERE e.provider = '{PROVIDER}'
                 AND e.event_type IN ('invoice.paid', 'invoice.payment_succeeded')
                 AND j.status = '{JobStatus.DONE}'
@@ -137,7 +137,7 @@ RefundTotalMismatch = sa.text(f"""
                max((o.obj ->> 'amount_refunded')::numeric) AS refunded,
                max(o.received_at) AS received_at
         FROM (SELECT e.payload #> '{{data,object}}' AS obj, e.received_at
-              FROM webhook_events e JOIN jobs j USING (provider, event_id)
+              FROM webhook_events e JOIN jobs j USING (provider, source, event_id)
               WHERE e.provider = '{PROVIDER}' AND e.event_type = 'charge.refunded'
                 AND j.status = '{JobStatus.DONE}'
               OFFSET 0) AS o

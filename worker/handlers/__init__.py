@@ -10,6 +10,13 @@ event types (or "*" for every type of that provider):
         ctx.conn.execute(...)   # the job's own transaction: commit together or not at all
         ctx.fetch(statement, params)  # the same, straight through the driver: cheaper
 
+The context names the event: ctx.provider, ctx.event_id, ctx.event_type, ctx.payload (the
+JSON as received), and where it came from: ctx.source (the source that delivered or
+reconciled it first: the provider's name for its default source, `connect` for
+`/webhooks/stripe/connect`), ctx.account (Stripe: the connected account of a Connect
+endpoint's event, None for the platform's own and for other providers) and ctx.livemode
+(Stripe: the event's `livemode`; None elsewhere).
+
 It runs inside the job's transaction, on ctx.conn: every write it makes commits together
 with the job's `done` mark, or not at all. It must not open its own connection or call
 other services; to email, call ctx.queue_email() (an outbox row in the same transaction).
@@ -68,7 +75,13 @@ class JobContext:
     event_id: str
     event_type: str
     payload: dict[str, Any]
+    source: str = ""  # the source's name; "" when built without one: the default source
+    account: str | None = None
+    livemode: bool | None = None
     emails_queued: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        self.source = self.source or self.provider
 
     def fetch(self, statement: TextClause, params: dict[str, Any]) -> tuple[Any, ...] | None:
         """Run a text() statement in the job's transaction and return its first row (a
