@@ -33,6 +33,7 @@ from shared.hooks import Finding, Violation
 
 DEFAULT_STALE = timedelta(minutes=15)
 CLOCK_LOCK = "webhooks:audit"  # one clock at a time runs it (queries.ClockTryLock)
+EVENT_JOBS, EMAIL_MESSAGE_IDS, DUE_JOBS = "event jobs", "email message ids", "due jobs"
 
 Check = Callable[[Connection], list[Violation]]
 
@@ -73,9 +74,9 @@ def _snapshot(engine: Engine) -> Iterator[Connection]:
 def checks(since: datetime | None, stale: timedelta) -> list[tuple[str, Check]]:
     """(name, check) of the core's checks, then of every registered one."""
     core: list[tuple[str, Check]] = [
-        ("event jobs", lambda conn: list(event_jobs(conn, since))),
-        ("email message ids", lambda conn: list(email_message_ids(conn, since))),
-        ("due jobs", lambda conn: list(due_jobs(conn, since, stale))),
+        (EVENT_JOBS, lambda conn: list(event_jobs(conn, since))),
+        (EMAIL_MESSAGE_IDS, lambda conn: list(email_message_ids(conn, since))),
+        (DUE_JOBS, lambda conn: list(due_jobs(conn, since, stale))),
     ]
     return core + [(name, _registered(provider, name, since))
                    for provider, name in hooks.audit_checks()]
@@ -98,7 +99,7 @@ def _run(conn: Connection, named: list[tuple[str, Check]]) -> Report:
 
 def event_jobs(conn: Connection, since: datetime | None) -> Iterator[Violation]:
     for row in conn.execute(queries.AuditEventsWithoutJob, {"since": since}):
-        yield Violation("event jobs", row.provider, Finding(
+        yield Violation(EVENT_JOBS, row.provider, Finding(
             f"{row.provider} event {row.event_id} ({row.event_type}, received "
             f"{row.received_at.isoformat()}) has no job",
             {"webhook_events": {"provider": row.provider, "event_id": row.event_id}}))
@@ -106,7 +107,7 @@ def event_jobs(conn: Connection, since: datetime | None) -> Iterator[Violation]:
 
 def email_message_ids(conn: Connection, since: datetime | None) -> Iterator[Violation]:
     for row in conn.execute(queries.AuditSentWithoutMessageId, {"since": since}):
-        yield Violation("email message ids", row.provider or "", Finding(
+        yield Violation(EMAIL_MESSAGE_IDS, row.provider or "", Finding(
             f"email {row.id} ({row.kind}, key {row.idempotency_key}) is sent without "
             "Postmark's message id",
             {"outbox": {"id": row.id, "idempotency_key": row.idempotency_key}}))
@@ -116,7 +117,7 @@ def due_jobs(conn: Connection, since: datetime | None,
              stale: timedelta) -> Iterator[Violation]:
     params = {"since": since, "stale": stale.total_seconds()}
     for row in conn.execute(queries.AuditJobsDueTooLong, params):
-        yield Violation("due jobs", row.provider, Finding(
+        yield Violation(DUE_JOBS, row.provider, Finding(
             f"job {row.id} ({row.provider} {row.event_type} {row.event_id}, attempts "
             f"{row.attempts}) has been due for {round(row.due_seconds)} s, longer than "
             f"{round(stale.total_seconds())} s",

@@ -7,8 +7,9 @@
   each provider with credentials not yet reconciled over RECONCILE_AFTER_FAILOVER_HOURS
   before the latest failover the sweep recorded (shared/failover.py);
 - prune, nightly: retention (shared/retention.py);
-- audit, every AUDIT_INTERVAL_SECONDS: `webhooks audit`'s checks (shared/audit.py), each
-  violation logged at ERROR, each check's count recorded for web's /metrics.
+- audit, every AUDIT_INTERVAL_SECONDS (the first within AUDIT_FIRST_AFTER_SECONDS of the
+  start): `webhooks audit`'s checks (shared/audit.py), each violation logged at ERROR, each
+  check's count recorded for web's /metrics.
 
 Several clocks running by mistake do no harm: each tick takes a Postgres advisory lock
 and skips if another clock holds it, and the work it triggers is idempotent anyway.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dramatiq
@@ -32,6 +33,7 @@ from shared.settings import Settings
 from webhooks.clock.sweep import sweep
 
 log = logging.getLogger(__name__)
+AUDIT_FIRST_AFTER_SECONDS = 300  # a clock's first audit, at most this long after its start
 
 
 def prune(engine: Engine, days: int) -> int | None:
@@ -135,11 +137,14 @@ def run(settings: Settings) -> None:
                       hour=3, minute=17, id="prune", max_instances=1, coalesce=True)
     if settings.audit_interval_seconds > 0:
         hooks.load(settings.handler_modules)  # the apps' audit checks
-        # The first run at start, as reconciliation's: a clock restarted more often than
-        # the interval (every deploy) still audits.
+        # The first run soon after start, not an interval later: a clock restarted more
+        # often than the interval (every deploy) still audits; not at once, so that a
+        # start's sweep and reconciliation go first.
+        first = min(settings.audit_interval_seconds, AUDIT_FIRST_AFTER_SECONDS)
         scheduler.add_job(_safely(audit), "interval", args=(engine,),
                           seconds=settings.audit_interval_seconds, id="audit",
-                          max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
+                          max_instances=1, coalesce=True,
+                          next_run_time=datetime.now(UTC) + timedelta(seconds=first))
     log.info("clock started", extra={"sweep_interval": settings.sweep_interval_seconds})
     try:
         scheduler.start()
