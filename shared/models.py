@@ -242,12 +242,14 @@ outbox = Table(
     Index("ix_outbox_failed_id", "id", postgresql_where=text(f"status = '{EmailStatus.FAILED}'")),
 )
 
-# One row per provider that reconciliation has run for: where the clock's next run starts
-# (the last success, less a margin) and what the last run found.
+# One row per source that reconciliation has run for (the default source's `source` is its
+# provider's name): where the clock's next run starts (the last success, less a margin)
+# and what the last run found.
 reconcile_runs = Table(
     "reconcile_runs",
     metadata,
     Column("provider", Text, nullable=False),
+    Column("source", Text, nullable=False),
     Column("last_started_at", DateTime(timezone=True), nullable=False),
     Column("last_success_at", DateTime(timezone=True)),
     Column("last_error", Text),
@@ -255,7 +257,7 @@ reconcile_runs = Table(
     Column("recorded", Integer, nullable=False, server_default="0"),
     Column("runs", BigInteger, nullable=False, server_default="0"),
     Column("failures", BigInteger, nullable=False, server_default="0"),
-    PrimaryKeyConstraint("provider"),
+    PrimaryKeyConstraint("provider", "source"),
 )
 
 # Providers whose jobs no worker claims (`webhooks pause`): their deliveries are still
@@ -290,8 +292,9 @@ failover_reconciles = Table(
     metadata,
     Column("timeline_id", BigInteger, nullable=False),
     Column("provider", Text, nullable=False),
+    Column("source", Text, nullable=False),  # each source reconciled after the failover
     Column("finished_at", DateTime(timezone=True), nullable=False, server_default=NOW),
-    PrimaryKeyConstraint("timeline_id", "provider"),
+    PrimaryKeyConstraint("timeline_id", "provider", "source"),
     ForeignKeyConstraint(["timeline_id"], ["database_timelines.timeline_id"],
                          ondelete="CASCADE"),
 )
