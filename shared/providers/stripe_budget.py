@@ -6,9 +6,10 @@ second on some endpoints, `GET /v1/events` among them), and a Connect source's
 reconciliation lists every connected account's events in a row: without a shared bound,
 a platform with many accounts would run into 429s, and its other calls (the thin-event
 fetches that jobs wait on) with it. So every Stripe client of the process is built with
-`http_client()`, whose requests wait for a token first: REQUESTS_PER_SECOND on average,
-in bursts of at most BURST. A 429 that still comes (another process spends the same
-account's limit) is honoured by the caller: its Retry-After, else a backoff
+`http_client()`, whose requests wait for a token first: REQUESTS_PER_SECOND, with BURST
+saved after an idle moment (one: no second ever sees more than the rate and one). A 429
+that still comes (another process spends the same account's limit) is honoured by the
+caller: its Retry-After, else a backoff
 (shared/reconciliation/stripe.py), never an immediate retry; the library's own retries
 go through the bucket too.
 """
@@ -22,7 +23,7 @@ from typing import Any
 import stripe as stripe_sdk
 
 REQUESTS_PER_SECOND = 25.0  # Stripe's per-endpoint limit, the lowest that applies
-BURST = 5  # requests sent at once after an idle moment
+BURST = 1  # saved requests: one, so the requests of any second stay within the rate
 
 
 class TokenBucket:

@@ -1,10 +1,19 @@
-"""Stripe Connect sources: the livemode policy before any effect (a test-mode event of a
-connected account on a live-only source is recorded and done, never credited)."""
+"""Stripe Connect and per-source reconciliation, against the real Postgres and the fake
+Stripe API over real HTTP (tests/fakes/provider_apis.py, driven through the `stripe`
+library as production drives it): the livemode policy before any effect (a test-mode
+event of a connected account on a live-only source is recorded and done, never
+credited); a Connect source reconciled across its connected accounts (those its events
+name and those `GET /v1/accounts` lists) within the process's one request budget while
+the fake answers 429 above Stripe's rate; a thin source through `GET /v2/core/events`; two
+sources of one provider each with its own key; the after-failover run per source; and
+`webhooks reconcile stripe/connect`."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -12,9 +21,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ingest.app import create_app
+from shared import db, reconciliation
+from shared.providers import stripe_budget
+from shared.reconciliation import stripe as stripe_reconciliation
 from shared.settings import Settings
 from tests import factories
 from tests.conftest import STRIPE_SECRET
+from tests.fakes import provider_events
+from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
+from webhooks.clock import schedule
 from worker import handlers, jobs
 
 CONNECT_SECRET = "whsec_connect_endpoint_secret"
@@ -66,3 +81,105 @@ def test_a_test_mode_event_on_a_live_only_source_is_recorded_done_and_not_credit
     deliver_connect(client, "evt_live_mode", livemode=True)
     jobs.process_batch(clean_db, live_connect)
     assert rows(clean_db, "SELECT count(*) FROM ledger_entries") == [(1,)]
+
+
+# --- reconciliation per source --------------------------------------------------------
+
+NOW = int(datetime.now(UTC).timestamp())
+EU_KEY = "sk_test_second_account"
+
+
+@pytest.fixture()
+def fake() -> Iterator[FakeProviderApis]:
+    with FakeProviderApis() as running:
+        yield running
+
+
+class NoBroker:
+    """The clock's broker: the wake-ups are not what these tests look at."""
+
+    def enqueue(self, *_: object, **__: object) -> None:
+        pass
+
+
+def sourced(settings: Settings, database_url: str, fake: FakeProviderApis,
+            **env: str) -> Settings:
+    return Settings.from_env({
+        "DATABASE_URL": database_url, "BROKER_URL": settings.broker_url or "",
+        "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET, "STRIPE_API_BASE": fake.url,
+        "WEBHOOKS_DATA_DIR": str(settings.data_dir), **env})
+
+
+def connect_env(**more: str) -> dict[str, str]:
+    return {"STRIPE_SOURCES": "connect", "STRIPE_CONNECT_WEBHOOK_SECRET": CONNECT_SECRET,
+            "STRIPE_CONNECT_CONNECT": "1", "STRIPE_CONNECT_API_KEY": STRIPE_KEY, **more}
+
+
+def account_events(account: str, count: int, *, start: int = NOW - 3600) -> list[dict[str, Any]]:
+    """A connected account's events as Stripe lists them with its Stripe-Account: its
+    `account` set; the first one is older than the window (the forward paging's anchor)."""
+    events = []
+    for n in range(count + 1):
+        paid = provider_events.stripe_object("invoice", id=f"in_{account}_{n}", status="paid",
+                                             amount_paid=100 + n, customer=f"cus_{account}")
+        event = provider_events.stripe_event(
+            "invoice.paid", paid, event_id=f"evt_{account}_{n}",
+            created=start - 80 * 3600 if n == 0 else start + n)
+        events.append({**event, "account": account, "livemode": True})
+    return events
+
+
+def recorded(engine: Engine) -> list[tuple[Any, ...]]:
+    return rows(engine, "SELECT event_id, source, account, received_via FROM webhook_events "
+                "ORDER BY event_id")
+
+
+def max_per_second(times: list[float]) -> int:
+    """The most requests the fake saw in any one second."""
+    ordered = sorted(times)
+    return max((sum(1 for t in ordered[i:] if t < at + 1.0) for i, at in enumerate(ordered)),
+               default=0)
+
+
+def test_a_connect_source_reconciles_each_account_within_the_budget_under_a_429_limit(
+        clean_db: Engine, settings: Settings, database_url: str, fake: FakeProviderApis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stripe_reconciliation, "PAGE", 2)  # many requests per account
+    api = sourced(settings, database_url, fake, **connect_env())
+    per_account = {acct: account_events(acct, 60) for acct in ("acct_A", "acct_B", "acct_C")}
+    fake.state.stripe_account_events = per_account
+    # Only acct_C is listed by GET /v1/accounts alone; acct_A and acct_B are named by
+    # the Connect source's recorded events (one each, delivered).
+    fake.state.stripe_accounts = [provider_events.stripe_account("acct_C", NOW - 10)]
+    client = create_app(api).test_client()
+    for acct in ("acct_A", "acct_B"):
+        body = json.dumps(per_account[acct][1]).encode()
+        assert client.post("/webhooks/stripe/connect", data=body, headers={
+            "Stripe-Signature": factories.stripe_signature(body, CONNECT_SECRET)}
+        ).status_code == 200
+    # The platform's own events are not the Connect source's.
+    fake.state.stripe_events = account_events("platform", 3)
+    fake.state.stripe_rate = int(stripe_budget.REQUESTS_PER_SECOND)
+    engine = db.create_engine(api, pool_size=1, autocommit=True)
+    try:
+        [connect] = [s for s in reconciliation.configured(api) if s.name == "connect"]
+        result = schedule.reconcile(api, engine, NoBroker(), connect)  # type: ignore[arg-type]
+    finally:
+        engine.dispose()
+    assert result.error is None, result.error
+    assert (result.listed, result.already, result.recorded) == (180, 2, 178)
+    delivered = {per_account["acct_A"][1]["id"], per_account["acct_B"][1]["id"]}
+    want = sorted((e["id"], "connect", acct, "delivery" if e["id"] in delivered else "reconcile")
+                  for acct, events in per_account.items() for e in events[1:])
+    assert recorded(clean_db) == want
+    listed_for = {account for path, _, account in fake.state.stripe_auth
+                  if path == "/v1/events"}
+    assert listed_for == {"acct_A", "acct_B", "acct_C"}  # never the platform's own list
+    # Within the budget, the fake's limit is not reached but for the jitter of arrivals (a
+    # request or two landing closer than they were sent); without it, a run of this many
+    # requests is answered 429 each time it outruns the limit.
+    seen = max_per_second(fake.state.stripe_times)
+    assert seen <= stripe_budget.REQUESTS_PER_SECOND + stripe_budget.BURST, seen
+    assert fake.state.stripe_429s <= 1, fake.state.stripe_429s
+    assert rows(clean_db, "SELECT provider, source, last_error FROM reconcile_runs") == [
+        ("stripe", "connect", None)]
