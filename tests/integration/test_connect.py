@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -29,6 +29,7 @@ from tests import factories
 from tests.conftest import STRIPE_SECRET
 from tests.fakes import provider_events
 from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
+from tests.integration.test_failover import stage_failover
 from webhooks.clock import schedule
 from worker import handlers, jobs
 
@@ -183,3 +184,117 @@ def test_a_connect_source_reconciles_each_account_within_the_budget_under_a_429_
     assert fake.state.stripe_429s <= 1, fake.state.stripe_429s
     assert rows(clean_db, "SELECT provider, source, last_error FROM reconcile_runs") == [
         ("stripe", "connect", None)]
+
+
+def platform_events(prefix: str, count: int) -> list[dict[str, Any]]:
+    """An account's own events (no `account`), the first older than the window."""
+    events = account_events(prefix, count)
+    for event in events:
+        del event["account"]
+    return events
+
+
+def run_clock(api: Settings) -> list[reconciliation.Result]:
+    """The clock's periodic run of every configured source, one after another."""
+    engine = db.create_engine(api, pool_size=1, autocommit=True)
+    try:
+        return [schedule.reconcile(api, engine, NoBroker(), source)  # type: ignore[arg-type]
+                for source in reconciliation.configured(api)]
+    finally:
+        engine.dispose()
+
+
+def test_a_thin_source_is_reconciled_through_the_v2_event_list(
+        clean_db: Engine, settings: Settings, database_url: str,
+        fake: FakeProviderApis) -> None:
+    api = sourced(settings, database_url, fake, STRIPE_SOURCES="thin",
+                  STRIPE_THIN_WEBHOOK_SECRET="whsec_thin_destination_secret",
+                  STRIPE_THIN_EVENTS="thin", STRIPE_THIN_API_KEY=STRIPE_KEY)
+    for n in range(3):
+        paid = provider_events.stripe_object("invoice", id=f"in_thin_{n}", status="paid")
+        fake.serve_stripe_v2(provider_events.stripe_thin_event(
+            "v1.invoice.paid", paid, event_id=f"evt_thin_{n}",
+            created=datetime.now(UTC) - timedelta(minutes=n), data={}))
+    [result] = run_clock(api)  # the default source has no key: only the thin one
+    assert (result.source, result.error, result.recorded) == ("thin", None, 3)
+    assert recorded(clean_db) == [(f"evt_thin_{n}", "thin", None, "reconcile")
+                                  for n in range(3)]
+    assert rows(clean_db, "SELECT payload->>'object' FROM webhook_events") == [
+        ("v2.core.event",)] * 3
+    assert {path for path, _, _ in fake.state.stripe_auth} == {"/v2/core/events"}
+
+
+def test_two_sources_of_one_provider_are_reconciled_each_with_its_own_key(
+        clean_db: Engine, settings: Settings, database_url: str,
+        fake: FakeProviderApis) -> None:
+    api = sourced(settings, database_url, fake, STRIPE_API_KEY=STRIPE_KEY,
+                  STRIPE_SOURCES="eu", STRIPE_EU_WEBHOOK_SECRET="whsec_second_account",
+                  STRIPE_EU_API_KEY=EU_KEY)
+    fake.state.stripe_events = platform_events("us", 3)
+    fake.state.stripe_key_events[EU_KEY] = platform_events("eu", 2)
+    results = run_clock(api)
+    assert [(r.source, r.error, r.recorded) for r in results] == [
+        ("stripe", None, 3), ("eu", None, 2)]
+    assert recorded(clean_db) == sorted(
+        [(f"evt_eu_{n}", "eu", None, "reconcile") for n in (1, 2)]
+        + [(f"evt_us_{n}", "stripe", None, "reconcile") for n in (1, 2, 3)])
+    assert {key for _, key, _ in fake.state.stripe_auth} == {STRIPE_KEY, EU_KEY}
+    assert rows(clean_db, "SELECT provider, source, runs, last_error FROM reconcile_runs "
+                "ORDER BY source") == [("stripe", "eu", 1, None), ("stripe", "stripe", 1, None)]
+
+
+def test_after_a_failover_each_source_is_reconciled_until_it_succeeds(
+        clean_db: Engine, settings: Settings, database_url: str,
+        fake: FakeProviderApis) -> None:
+    api = sourced(settings, database_url, fake, STRIPE_API_KEY=STRIPE_KEY,
+                  STRIPE_SOURCES="eu", STRIPE_EU_WEBHOOK_SECRET="whsec_second_account",
+                  STRIPE_EU_API_KEY=EU_KEY, RECONCILE_INTERVAL_SECONDS="0")
+    fake.state.stripe_events = platform_events("us", 2)  # EU_KEY unknown yet: 401
+    timeline = stage_failover(clean_db, ago=timedelta(minutes=1))
+    engine = db.create_engine(api, pool_size=1, autocommit=True)
+    try:
+        first = schedule.reconcile_after_failover(api, engine, NoBroker())  # type: ignore[arg-type]
+        assert [(r.source, r.error is None) for r in first] == [("stripe", True), ("eu", False)]
+        fake.state.stripe_key_events[EU_KEY] = platform_events("eu", 2)
+        platform_requests = sum(1 for _, key, _ in fake.state.stripe_auth if key == STRIPE_KEY)
+        second = schedule.reconcile_after_failover(api, engine, NoBroker())  # type: ignore[arg-type]
+        assert [(r.source, r.error, r.recorded) for r in second] == [("eu", None, 2)]
+        # the platform's source, done after the failover, is not listed again
+        assert sum(1 for _, key, _ in fake.state.stripe_auth
+                   if key == STRIPE_KEY) == platform_requests
+        assert schedule.reconcile_after_failover(api, engine, NoBroker()) == []  # type: ignore[arg-type]
+    finally:
+        engine.dispose()
+    assert rows(clean_db, "SELECT provider, source FROM failover_reconciles WHERE "
+                f"timeline_id = {timeline} ORDER BY source") == [
+        ("stripe", "eu"), ("stripe", "stripe")]
+    assert [r[:2] for r in recorded(clean_db)] == [
+        ("evt_eu_1", "eu"), ("evt_eu_2", "eu"), ("evt_us_1", "stripe"), ("evt_us_2", "stripe")]
+
+
+def test_the_reconcile_command_takes_a_source(
+        clean_db: Engine, settings: Settings, database_url: str,
+        fake: FakeProviderApis) -> None:
+    from click.testing import CliRunner
+
+    from webhooks.cli import main
+
+    fake.state.stripe_account_events = {"acct_Q": account_events("acct_Q", 4)}
+    fake.state.stripe_accounts = [provider_events.stripe_account("acct_Q", NOW)]
+    fake.state.stripe_events = platform_events("platform", 2)
+    env = {"DATABASE_URL": database_url, "BROKER_URL": settings.broker_url or "",
+           "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET, "STRIPE_API_BASE": fake.url,
+           "WEBHOOKS_DATA_DIR": str(settings.data_dir), **connect_env()}
+    runner = CliRunner()
+    done = runner.invoke(main, ["reconcile", "stripe/connect"], env=env)
+    assert done.exit_code == 0, done.output
+    assert done.output == "listed 4, already recorded 0, recorded 4\n"
+    assert [r[1:3] for r in recorded(clean_db)] == [("connect", "acct_Q")] * 4
+    unknown = runner.invoke(main, ["reconcile", "stripe/nope"], env=env)
+    assert unknown.exit_code == 1 and "stripe/nope: no such source" in unknown.output
+    # The default source has no key: `reconcile stripe` is its configured sources'.
+    again = runner.invoke(main, ["reconcile", "stripe"], env=env)
+    assert again.output == "listed 4, already recorded 4, recorded 0\n"
+    no_key = runner.invoke(main, ["reconcile", "stripe"],
+                           env={**env, "STRIPE_CONNECT_API_KEY": ""})
+    assert no_key.exit_code == 1 and "STRIPE_API_KEY" in no_key.output
