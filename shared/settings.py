@@ -182,7 +182,7 @@ class Settings:
         "none")
     reconcile_interval_seconds: float = setting(
         "RECONCILE_INTERVAL_SECONDS", v.number(), 3600.0,
-        "how often the clock reconciles each provider with credentials; `0`: never", RECONCILE)
+        "how often the clock reconciles each source with credentials; `0`: never", RECONCILE)
     reconcile_after_failover_hours: float = setting(
         "RECONCILE_AFTER_FAILOVER_HOURS", v.number(positive=True), 72.0,
         "after a database failover (a new timeline), how far back the clock reconciles each "
