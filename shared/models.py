@@ -146,6 +146,11 @@ webhook_events = Table(
     # deliveries go missing. Few rows, so a small partial index.
     Index("ix_webhook_events_reconciled", "provider",
           postgresql_where=text(f"received_via = '{ReceivedVia.RECONCILE}'")),
+    # The connected accounts a Connect source's events name, read by its reconciliation
+    # (EventListAccounts skips from one account to the next): only Stripe's connected
+    # accounts' rows.
+    Index("ix_webhook_events_account", "provider", "source", "account",
+          postgresql_where=text("account IS NOT NULL")),
     # The listing's order (newest first) and its keyset pagination (shared/events.py).
     Index("ix_webhook_events_received_at_id", "received_at", "id"),
     Index("ux_webhook_events_body", "provider", "body_sha256", unique=True,

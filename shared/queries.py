@@ -313,11 +313,22 @@ EventListRecorded = text("""
 """)
 
 # The connected accounts a Connect source's recorded events name: reconciliation lists
-# each one's events (`Stripe-Account`), besides those `GET /v1/accounts` lists.
+# each one's events (`Stripe-Account`), besides those `GET /v1/accounts` lists. A skip
+# scan of ix_webhook_events_account (one index probe per account, not one row per event):
+# each step the next account after the last one found.
 EventListAccounts = text("""
-    SELECT DISTINCT account FROM webhook_events
-    WHERE provider = :provider AND source = :source AND account IS NOT NULL
-    ORDER BY account
+    WITH RECURSIVE found(account) AS (
+        (SELECT account FROM webhook_events
+         WHERE provider = :provider AND source = :source AND account IS NOT NULL
+         ORDER BY account LIMIT 1)
+        UNION ALL
+        SELECT (SELECT e.account FROM webhook_events e
+                WHERE e.provider = :provider AND e.source = :source
+                  AND e.account > found.account
+                ORDER BY e.account LIMIT 1)
+        FROM found WHERE found.account IS NOT NULL
+    )
+    SELECT account FROM found WHERE account IS NOT NULL
 """)
 
 ReconcileRunStart = text("""

@@ -546,20 +546,24 @@ def console(host: str | None) -> None:
 
 
 class SourceLabel(click.ParamType):
-    """PROVIDER or PROVIDER/SOURCE, of a reconciled provider: (provider, source or None)."""
+    """PROVIDER or PROVIDER/SOURCE, PROVIDER one of `providers`: (provider, source or None).
+    An unknown provider is a usage error (exit 2); the source is looked up by the command."""
 
     name = "provider[/source]"
+
+    def __init__(self, providers: tuple[str, ...]) -> None:
+        self.providers = providers
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> tuple[str, str | None]:
         provider, _, source = str(value).partition("/")
-        if provider not in RECONCILED:
-            self.fail(f"{provider!r} is not one of {', '.join(RECONCILED)}", param, ctx)
+        if provider not in self.providers:
+            self.fail(f"{provider!r} is not one of {', '.join(self.providers)}", param, ctx)
         return provider, source or None
 
 
 @main.command()
-@click.argument("target", metavar="PROVIDER[/SOURCE]", type=SourceLabel())
+@click.argument("target", metavar="PROVIDER[/SOURCE]", type=SourceLabel(RECONCILED))
 @click.option("--since", type=Moment(), default=None,
               help="List the provider's events from this time (default: 72 hours ago).")
 @click.option("--dry-run", is_flag=True, help="List what would be recorded; record nothing.")

@@ -1,5 +1,6 @@
 """reconcile per source: `source` on reconcile_runs and failover_reconciles, each keyed by
-its source as well (a Connect source and the platform's own are reconciled apart)
+its source as well (a Connect source and the platform's own are reconciled apart); the
+partial index ix_webhook_events_account, the accounts a Connect source's events name
 
 As migration 0013, every step is its own short transaction (autocommit), so no step holds
 a lock for a scan: ADD COLUMN nullable without a default (metadata only), the backfill
@@ -8,7 +9,8 @@ NULL through a validated CHECK, the new primary keys' unique indexes built CONCU
 and swapped in USING INDEX (an instant of ACCESS EXCLUSIVE). Both tables are small (a row
 per provider, a row per provider and failover); the clock is their only writer, and a
 clock of the release before this one fails its runs (ON CONFLICT names the old key) until
-it is replaced, and they are retried by the new one.
+it is replaced, and they are retried by the new one. The index on webhook_events is built
+CONCURRENTLY (SHARE UPDATE EXCLUSIVE: the ingest writes on).
 
 Revision ID: 0015
 Revises: 0013
@@ -38,6 +40,8 @@ def upgrade() -> None:
             op.execute(f"UPDATE {table} SET source = provider WHERE source IS NULL")
             _not_null(table)
             _swap_primary_key(table, columns)
+        op.execute("CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_webhook_events_account "
+                   "ON webhook_events (provider, source, account) WHERE account IS NOT NULL")
 
 
 def _not_null(table: str) -> None:
@@ -59,6 +63,7 @@ def _swap_primary_key(table: str, columns: str) -> None:
 
 def downgrade() -> None:
     with op.get_context().autocommit_block():
+        op.execute("DROP INDEX CONCURRENTLY IF EXISTS ix_webhook_events_account")
         for table, columns, _ in KEYED:
             op.execute(f"DELETE FROM {table} WHERE source <> provider")
             op.execute(f"ALTER TABLE {table} DROP CONSTRAINT pk_{table}, "
