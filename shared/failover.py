@@ -5,7 +5,7 @@ primary committed last (events acknowledged with a 200, "sent" marks of emails) 
 gone. Two things bring it back, for RECONCILE_AFTER_FAILOVER_HOURS after the failover
 (the provider's whole retry window):
 
-- the clock reconciles every provider with credentials over that window
+- the clock reconciles every source with credentials, each with its own, over that window
   (webhooks/clock/schedule.py reconcile_after_failover): the lost events are recorded again, as
   `reconcile`, and applied once;
 - the outbox dispatcher searches Postmark before the first send of every email too
@@ -15,8 +15,9 @@ gone. Two things bring it back, for RECONCILE_AFTER_FAILOVER_HOURS after the fai
 The clock records each timeline the first time it sees it (record_timeline, under its
 sweep's lock). The first one recorded is the start, not a failover. Everything is derived
 from the recorded rows, so a restarted clock, or another one, carries on: the window
-starts at the latest failover's first sight, and a provider's after-failover run is
-marked done only when it succeeded (failover_reconciles).
+starts at the latest failover's first sight, and a source's after-failover run is
+marked done only when it succeeded (failover_reconciles, one row per source: a Connect
+source that fails is run again without running the platform's own source again).
 
 The first timeline must have reached the standby before the failover for the next to be
 seen as one: the clock records it at its first sweep, long before any failover in
@@ -55,11 +56,12 @@ class Failover:
 
 @dataclass(frozen=True)
 class Due:
-    """The after-failover reconciliation still to do: providers over [since, now]."""
+    """The after-failover reconciliation still to do: sources over [since, now], each as
+    (provider, source name)."""
 
     timeline_id: int
     since: datetime
-    providers: list[str]
+    sources: list[tuple[str, str]]
 
 
 def record_timeline(conn: Connection) -> Timeline | None:
@@ -82,22 +84,25 @@ def in_window(age_seconds: float | None, hours: float) -> bool:
     return age_seconds is not None and age_seconds < hours * 3600
 
 
-def reconciles_due(engine: Engine, providers: Iterable[str], hours: float) -> Due | None:
-    """The providers not yet reconciled after the latest failover, while it is within
-    the window; None when there is nothing to do."""
+def reconciles_due(engine: Engine, sources: Iterable[tuple[str, str]],
+                   hours: float) -> Due | None:
+    """The sources, (provider, name), not yet reconciled after the latest failover, while
+    it is within the window; None when there is nothing to do."""
     with db.transaction(engine) as conn:
         failover = latest(conn)
         if failover is None or not in_window(failover.age_seconds, hours):
             return None
-        done = set(conn.execute(queries.FailoverReconcileListDone,
-                                {"timeline_id": failover.timeline_id}).scalars())
-    left = [provider for provider in providers if provider not in done]
+        done = {(row.provider, row.source) for row in conn.execute(
+            queries.FailoverReconcileListDone, {"timeline_id": failover.timeline_id})}
+    left = [source for source in sources if source not in done]
     if not left:
         return None
     return Due(failover.timeline_id, failover.first_seen_at - timedelta(hours=hours), left)
 
 
-def mark_reconciled(engine: Engine, timeline_id: int, provider: str) -> None:
+def mark_reconciled(engine: Engine, timeline_id: int, provider: str,
+                    source: str | None = None) -> None:
+    """Source `source` of provider (None: its default one) reconciled after the failover."""
     with db.transaction(engine) as conn:
-        conn.execute(queries.FailoverReconcileMarkDone,
-                     {"timeline_id": timeline_id, "provider": provider})
+        conn.execute(queries.FailoverReconcileMarkDone, {
+            "timeline_id": timeline_id, "provider": provider, "source": source or provider})

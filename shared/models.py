@@ -146,6 +146,11 @@ webhook_events = Table(
     # deliveries go missing. Few rows, so a small partial index.
     Index("ix_webhook_events_reconciled", "provider",
           postgresql_where=text(f"received_via = '{ReceivedVia.RECONCILE}'")),
+    # The connected accounts a Connect source's events name, read by its reconciliation
+    # (EventListAccounts skips from one account to the next): only Stripe's connected
+    # accounts' rows.
+    Index("ix_webhook_events_account", "provider", "source", "account",
+          postgresql_where=text("account IS NOT NULL")),
     # The listing's order (newest first) and its keyset pagination (shared/events.py).
     Index("ix_webhook_events_received_at_id", "received_at", "id"),
     Index("ux_webhook_events_body", "provider", "body_sha256", unique=True,
@@ -242,12 +247,14 @@ outbox = Table(
     Index("ix_outbox_failed_id", "id", postgresql_where=text(f"status = '{EmailStatus.FAILED}'")),
 )
 
-# One row per provider that reconciliation has run for: where the clock's next run starts
-# (the last success, less a margin) and what the last run found.
+# One row per source that reconciliation has run for (the default source's `source` is its
+# provider's name): where the clock's next run starts (the last success, less a margin)
+# and what the last run found.
 reconcile_runs = Table(
     "reconcile_runs",
     metadata,
     Column("provider", Text, nullable=False),
+    Column("source", Text, nullable=False),
     Column("last_started_at", DateTime(timezone=True), nullable=False),
     Column("last_success_at", DateTime(timezone=True)),
     Column("last_error", Text),
@@ -255,7 +262,7 @@ reconcile_runs = Table(
     Column("recorded", Integer, nullable=False, server_default="0"),
     Column("runs", BigInteger, nullable=False, server_default="0"),
     Column("failures", BigInteger, nullable=False, server_default="0"),
-    PrimaryKeyConstraint("provider"),
+    PrimaryKeyConstraint("provider", "source"),
 )
 
 # Providers whose jobs no worker claims (`webhooks pause`): their deliveries are still
@@ -290,8 +297,9 @@ failover_reconciles = Table(
     metadata,
     Column("timeline_id", BigInteger, nullable=False),
     Column("provider", Text, nullable=False),
+    Column("source", Text, nullable=False),  # each source reconciled after the failover
     Column("finished_at", DateTime(timezone=True), nullable=False, server_default=NOW),
-    PrimaryKeyConstraint("timeline_id", "provider"),
+    PrimaryKeyConstraint("timeline_id", "provider", "source"),
     ForeignKeyConstraint(["timeline_id"], ["database_timelines.timeline_id"],
                          ondelete="CASCADE"),
 )

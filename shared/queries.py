@@ -312,9 +312,29 @@ EventListRecorded = text("""
     WHERE provider = :provider AND event_id = ANY(CAST(:event_ids AS text[]))
 """)
 
+# The connected accounts a Connect source's recorded events name: reconciliation lists
+# each one's events (`Stripe-Account`), besides those `GET /v1/accounts` lists. A skip
+# scan of ix_webhook_events_account (one index probe per account, not one row per event):
+# each step the next account after the last one found.
+EventListAccounts = text("""
+    WITH RECURSIVE found(account) AS (
+        (SELECT account FROM webhook_events
+         WHERE provider = :provider AND source = :source AND account IS NOT NULL
+         ORDER BY account LIMIT 1)
+        UNION ALL
+        SELECT (SELECT e.account FROM webhook_events e
+                WHERE e.provider = :provider AND e.source = :source
+                  AND e.account > found.account
+                ORDER BY e.account LIMIT 1)
+        FROM found WHERE found.account IS NOT NULL
+    )
+    SELECT account FROM found WHERE account IS NOT NULL
+""")
+
 ReconcileRunStart = text("""
-    INSERT INTO reconcile_runs (provider, last_started_at) VALUES (:provider, now())
-    ON CONFLICT (provider) DO UPDATE SET last_started_at = now()
+    INSERT INTO reconcile_runs (provider, source, last_started_at)
+    VALUES (:provider, :source, now())
+    ON CONFLICT (provider, source) DO UPDATE SET last_started_at = now()
     RETURNING last_success_at
 """)
 
@@ -325,17 +345,19 @@ ReconcileRunFinish = text("""
         last_error = :error, listed = :listed, recorded = :recorded,
         runs = runs + 1,
         failures = failures + CASE WHEN CAST(:error AS text) IS NULL THEN 0 ELSE 1 END
-    WHERE provider = :provider
+    WHERE provider = :provider AND source = :source
 """)
 
-# For /metrics: per provider, the runs, their failures, the last success, and the events
-# that only reconciliation found (the partial index ix_webhook_events_reconciled).
+# For /metrics: per provider (its sources' rows summed), the runs, their failures, the
+# last success of its stalest source (a source that stopped succeeding shows), and the
+# events that only reconciliation found (the partial index ix_webhook_events_reconciled).
 ReconcileRunState = text(f"""
-    SELECT r.provider, r.runs, r.failures,
-           extract(epoch FROM r.last_success_at) AS last_success,
+    SELECT r.provider, r.runs, r.failures, r.last_success,
            (SELECT count(*) FROM webhook_events e
             WHERE e.provider = r.provider AND e.received_via = '{RECONCILE}') AS found
-    FROM reconcile_runs r
+    FROM (SELECT provider, sum(runs) AS runs, sum(failures) AS failures,
+                 extract(epoch FROM min(last_success_at)) AS last_success
+          FROM reconcile_runs GROUP BY provider) r
 """)
 
 # --- database timelines (failovers) ----------------------------------------------------
@@ -369,7 +391,7 @@ TimelineLatestFailover = text("""
 
 # The providers reconciled over the whole window after that failover.
 FailoverReconcileListDone = text("""
-    SELECT provider FROM failover_reconciles WHERE timeline_id = :timeline_id
+    SELECT provider, source FROM failover_reconciles WHERE timeline_id = :timeline_id
 """)
 
 # Idempotent: a second clock's success (or a retried mark) changes nothing. Written only
@@ -377,8 +399,9 @@ FailoverReconcileListDone = text("""
 # Proven by: test_failover.py::test_the_clock_reconciles_the_window_before_a_failover_once,
 # ::test_a_clock_with_periodic_runs_off_reconciles_after_a_failover.
 FailoverReconcileMarkDone = text("""
-    INSERT INTO failover_reconciles (timeline_id, provider) VALUES (:timeline_id, :provider)
-    ON CONFLICT (timeline_id, provider) DO NOTHING
+    INSERT INTO failover_reconciles (timeline_id, provider, source)
+    VALUES (:timeline_id, :provider, :source)
+    ON CONFLICT (timeline_id, provider, source) DO NOTHING
 """)
 
 # For /metrics: the failovers seen, exact (a handful of rows), whichever clock saw them.

@@ -182,7 +182,7 @@ class Settings:
         "none")
     reconcile_interval_seconds: float = setting(
         "RECONCILE_INTERVAL_SECONDS", v.number(), 3600.0,
-        "how often the clock reconciles each provider with credentials; `0`: never", RECONCILE)
+        "how often the clock reconciles each source with credentials; `0`: never", RECONCILE)
     reconcile_after_failover_hours: float = setting(
         "RECONCILE_AFTER_FAILOVER_HOURS", v.number(positive=True), 72.0,
         "after a database failover (a new timeline), how far back the clock reconciles each "
@@ -240,11 +240,12 @@ class Settings:
         their own variables, and the named ones. Built on each call (nothing is kept on the
         frozen settings, so `Settings(**settings.__dict__)` copies stay valid): a process
         builds it once at start and keeps it (the ingest: ingest/app.py)."""
-        return s.build({provider: self._default_source(provider)
+        return s.build({provider: self.default_source(provider)
                         for provider in PROVIDERS if self.secrets_for(provider)},
                        self.named_sources)
 
-    def _default_source(self, provider: str) -> s.Source:
+    def default_source(self, provider: str) -> s.Source:
+        """The provider's default source, from the provider's own variables."""
         credentials = {"stripe": self.stripe_api_key, "paddle": self.paddle_api_key,
                        "github": self.github_token}
         return s.Source(provider, provider, self.secrets_for(provider),

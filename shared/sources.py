@@ -51,6 +51,13 @@ class Livemode(StrEnum):
     LIVE = "live"
     TEST = "test"
 
+    def accepts(self, livemode: bool | None) -> bool:
+        """Whether an event of this livemode takes effect: `live` only livemode true,
+        `test` only false (an event that does not say is neither), `any` every event."""
+        if self is Livemode.ANY:
+            return True
+        return livemode is (self is Livemode.LIVE)
+
 
 @dataclass(frozen=True)
 class Source:

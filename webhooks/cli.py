@@ -11,6 +11,7 @@ bad usage 2.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -544,21 +545,36 @@ def console(host: str | None) -> None:
         fail(str(error), code=2)
 
 
+class SourceLabel(click.ParamType):
+    """PROVIDER or PROVIDER/SOURCE, PROVIDER one of `providers`: (provider, source or None).
+    An unknown provider is a usage error (exit 2); the source is looked up by the command."""
+
+    name = "provider[/source]"
+
+    def __init__(self, providers: tuple[str, ...]) -> None:
+        self.providers = providers
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[str, str | None]:
+        provider, _, source = str(value).partition("/")
+        if provider not in self.providers:
+            self.fail(f"{provider!r} is not one of {', '.join(self.providers)}", param, ctx)
+        return provider, source or None
+
+
 @main.command()
-@click.argument("provider", type=click.Choice(RECONCILED))
+@click.argument("target", metavar="PROVIDER[/SOURCE]", type=SourceLabel(RECONCILED))
 @click.option("--since", type=Moment(), default=None,
               help="List the provider's events from this time (default: 72 hours ago).")
 @click.option("--dry-run", is_flag=True, help="List what would be recorded; record nothing.")
-def reconcile(provider: str, since: datetime | None, dry_run: bool) -> None:
-    """Record the provider's events that were never delivered (through its API), each
-    exactly as a delivery would be, and wake the workers."""
+def reconcile(target: tuple[str, str | None], since: datetime | None, dry_run: bool) -> None:
+    """Record the events that were never delivered (through the provider's API), each
+    exactly as a delivery would be, and wake the workers. PROVIDER/SOURCE reconciles one
+    source with its credentials; PROVIDER each of its sources that has credentials."""
     settings = local_settings()
     from shared import db, reconciliation, wakeups
 
-    try:
-        source = reconciliation.source_for(settings, provider)
-    except MissingVariable as error:
-        fail(str(error))
+    chosen = _reconciled_sources(settings, *target)
     start = since or datetime.now(UTC) - reconciliation.DEFAULT_LOOKBACK
     engine = db.create_engine(settings, pool_size=1, autocommit=True)
     broker = wakeups.create_broker(settings) if settings.broker_url else None
@@ -567,16 +583,41 @@ def reconcile(provider: str, since: datetime | None, dry_run: bool) -> None:
         if broker is not None:
             wakeups.wake_jobs(broker, job_ids)
 
+    for source in chosen:
+        api = reconciliation.api_for(settings, source)
+        try:
+            result = _database(functools.partial(
+                reconciliation.reconcile, engine, api, source.provider, start,
+                dry_run=dry_run, wake=wake, source_name=source.name))
+        except reconciliation.ReconcileFailed as error:
+            done = error.result  # type: ignore[attr-defined]
+            fail(f"{source.label}: {error} ({done.summary()}; what was recorded stays "
+                 "recorded)")
+        for listing in result.would_record:
+            click.echo(visible(f"would record {listing.event_id} {listing.event_type or ''} "
+                               f"{listing.created.isoformat()}".rstrip()))
+        click.echo(f"{source.label}: {result.summary()}" if len(chosen) > 1
+                   else result.summary())
+
+
+def _reconciled_sources(settings: Settings, provider: str, name: str | None) -> list[Any]:
+    """The source named, or each of the provider's sources with credentials; exit 1 when
+    the one named (or the default one, none having credentials) lacks them."""
+    from shared import reconciliation
+
+    if name is None:
+        found = [source for source in reconciliation.configured(settings)
+                 if source.provider == provider]
+        if found:
+            return found
+    source = reconciliation.registered_source(settings, provider, name)
+    if source is None:
+        fail(f"{provider}/{name}: no such source (see {provider.upper()}_SOURCES)")
     try:
-        result = _database(lambda: reconciliation.reconcile(engine, source, provider, start,
-                                                             dry_run=dry_run, wake=wake))
-    except reconciliation.ReconcileFailed as error:
-        done = error.result  # type: ignore[attr-defined]
-        fail(f"{error} ({done.summary()}; what was recorded stays recorded)")
-    for listing in result.would_record:
-        click.echo(visible(f"would record {listing.event_id} {listing.event_type or ''} "
-                           f"{listing.created.isoformat()}".rstrip()))
-    click.echo(result.summary())
+        reconciliation.api_for(settings, source)
+    except MissingVariable as error:
+        fail(str(error))
+    return [source]
 
 
 # --- pause and resume -----------------------------------------------------------------

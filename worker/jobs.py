@@ -26,6 +26,9 @@ A batch also stops taking new jobs after BATCH_SECONDS, and claims only as many 
 apply in that time (Pace), so slow handlers neither keep locks long nor keep claimed jobs
 from idle workers.
 
+A Stripe event whose `livemode` its source does not accept (STRIPE_<NAME>_LIVEMODE) is
+done with no effect, before anything else: no fetch, no handler (_refused).
+
 A Stripe thin event's job first fetches what the event announces (worker/thin_events.py),
 just before its handler; a failed fetch is that job's failed attempt, recorded in the
 batch, and the batch carries on without it.
@@ -152,9 +155,9 @@ def process_batch(
                 if tried and time.monotonic() - started > budget_seconds:
                     break
                 tried += 1
-                fetched = _fetched(conn, settings, row, result)
-                if fetched is not None:
-                    applied.append(_run_handler(conn, settings, fetched))
+                attempt = _attempt(conn, settings, row, result)
+                if attempt is not None:
+                    applied.append(attempt)
             if applied:
                 _mark_done(conn, applied)
     except DatabaseUnavailable:
@@ -214,6 +217,34 @@ def _job_context(conn: Connection, settings: Settings, row: ClaimedJob) -> handl
         event_id=row.event_id, event_type=row.event_type, payload=row.payload,
         source=row.source, account=row.account, livemode=row.livemode,
     )
+
+
+def _attempt(conn: Connection, settings: Settings, row: ClaimedJob,
+             result: BatchResult) -> _Applied | None:
+    """The job applied, or refused by its source's livemode policy; None if its thin
+    event's fetch failed (that failed attempt is recorded)."""
+    refused = _refused(settings, row)
+    if refused is not None:
+        return refused
+    fetched = _fetched(conn, settings, row, result)
+    return None if fetched is None else _run_handler(conn, settings, fetched)
+
+
+def _refused(settings: Settings, row: ClaimedJob) -> _Applied | None:
+    """A job done with no effect: its event's livemode is one its source does not accept.
+    Stripe sends test-mode events of connected accounts to live Connect endpoints, and
+    such an event must never credit the live ledger: decided here, from the row's
+    `livemode` (a thin event's own field, recorded at the ingest), before any fetch or
+    handler. An event of a source no longer configured is not refused."""
+    source = settings.sources.get(row.provider, row.source)
+    if source is None or source.livemode.accepts(row.livemode):
+        return None
+    outcome = (f"no effect: livemode {str(row.livemode).lower()} refused by source "
+               f"{source.label} (livemode {source.livemode})")
+    log.info("event's livemode refused by its source, no effect",
+             extra={**_log_fields(row), "source": source.label, "livemode": row.livemode,
+                    "account": row.account})
+    return _Applied(row, outcome, 0)
 
 
 def _fetched(conn: Connection, settings: Settings, row: ClaimedJob,
@@ -311,12 +342,10 @@ def _apply(
     log_fields = _log_fields(row)
     savepoint = conn.begin_nested()
     try:
-        fetched = _fetched(conn, settings, row, result)
-        if fetched is None:  # its failed attempt is recorded
-            savepoint.commit()
-            return None
-        applied = _run_handler(conn, settings, fetched)
+        applied = _attempt(conn, settings, row, result)
         savepoint.commit()
+        if applied is None:  # its thin fetch failed: that attempt is recorded
+            return None
     except Exception as error:
         savepoint.rollback()
         _after_error(conn, settings, row, error, result, log_fields)

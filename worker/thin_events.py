@@ -35,6 +35,7 @@ from typing import Any
 import stripe as stripe_sdk
 
 from shared.errors import PermanentJobError, WebhooksError
+from shared.providers import stripe_budget
 from shared.settings import Settings
 
 THIN_OBJECT = "v2.core.event"
@@ -123,7 +124,8 @@ def _id(thin: dict[str, Any]) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _client(api_key: str, api_base: str, timeout: float) -> stripe_sdk.StripeClient:
-    """One client per key and base in a process: its HTTP connections are reused."""
+    """One client per key and base in a process: its HTTP connections are reused, its
+    requests within the process's one Stripe budget (shared/providers/stripe_budget.py)."""
     return stripe_sdk.StripeClient(
         api_key, base_addresses={"api": api_base}, max_network_retries=0,
-        http_client=stripe_sdk.RequestsClient(timeout=timeout))
+        http_client=stripe_budget.http_client(timeout))

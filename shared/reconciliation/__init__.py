@@ -21,11 +21,11 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy.engine import Engine
 
-from shared import db, providers, queries, wakeups
+from shared import db, providers, queries, sources, wakeups
 from shared.errors import InvalidPayload, MissingVariable, WebhooksError
 from shared.models import ReceivedVia
 from shared.providers import stripe as stripe_provider
@@ -55,6 +55,7 @@ class Listing:
     event_type: str | None = None  # known from the list (Stripe, Paddle), or at fetch
     payload: bytes | None = None  # the event's JSON, when the list carries it
     ref: str = ""  # what fetch() needs (GitHub: the delivery's API path)
+    account: str | None = None  # Stripe: the connected account it was listed for
 
 
 @dataclass(frozen=True)
@@ -73,10 +74,19 @@ class Source(Protocol):
     def fetch(self, listing: Listing) -> Fetched: ...
 
 
+@runtime_checkable
+class PerAccount(Protocol):
+    """A Connect source's API: it lists each connected account's events, for the accounts
+    the API lists and those the source's recorded events name (given before pages())."""
+
+    def add_accounts(self, accounts: Iterable[str]) -> None: ...
+
+
 @dataclass
 class Result:
     provider: str
     since: datetime
+    source: str = ""  # the source reconciled; "": the provider's default source
     listed: int = 0
     already: int = 0
     recorded: int = 0
@@ -86,58 +96,103 @@ class Result:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     error: str | None = None
 
+    def __post_init__(self) -> None:
+        self.source = self.source or self.provider
+
     def summary(self) -> str:
         return f"listed {self.listed}, already recorded {self.already}, recorded {self.recorded}"
 
 
-def source_for(settings: Settings, provider: str) -> Source:
-    """The provider's API client; MissingVariable without its credentials."""
-    if provider == "stripe":
-        from shared.reconciliation import stripe
+def source_for(settings: Settings, provider: str, name: str | None = None) -> Source:
+    """The API client of the provider's source `name` (None: its default source), with
+    that source's own credentials; MissingVariable without them, ValueError for a source
+    that is not configured."""
+    registered = registered_source(settings, provider, name)
+    if registered is None:
+        raise ValueError(f"no source {provider}/{name} is configured")
+    return api_for(settings, registered)
 
-        if not settings.stripe_api_key:
-            raise MissingVariable("STRIPE_API_KEY", "Stripe reconciliation needs an API key")
-        return stripe.StripeEvents(settings.stripe_api_key, settings.stripe_api_base)
-    if provider == "paddle":
+
+def registered_source(settings: Settings, provider: str,
+                      name: str | None = None) -> sources.Source | None:
+    """The source from the registry; the default one even without a webhook secret (a
+    provider reconciled only, its deliveries going elsewhere)."""
+    found = settings.sources.get(provider, name)
+    if found is None and name in (None, provider):
+        return settings.default_source(provider)
+    return found
+
+
+def api_for(settings: Settings, source: sources.Source) -> Source:
+    """A source's API client, with the source's own credentials (its API key, token,
+    hooks); MissingVariable without them, naming the source's variable."""
+    if source.provider == "stripe":
+        return _stripe_api(settings, source)
+    if source.provider == "paddle":
         from shared.reconciliation import paddle
 
-        if not settings.paddle_api_key:
-            raise MissingVariable("PADDLE_API_KEY", "Paddle reconciliation needs an API key")
-        return paddle.PaddleEvents(settings.paddle_api_key, settings.paddle_api_base)
-    if provider == "github":
+        return paddle.PaddleEvents(_required(source, source.api_key, "API_KEY"),
+                                   settings.paddle_api_base)
+    if source.provider == "github":
         from shared.reconciliation import github
 
-        if not settings.github_token:
-            raise MissingVariable("GITHUB_TOKEN", "GitHub reconciliation needs a token")
-        if not settings.github_hooks:
-            raise MissingVariable("GITHUB_HOOKS", "GitHub reconciliation needs the hooks")
-        return github.GitHubDeliveries(settings.github_token, settings.github_api_base,
-                                       settings.github_hooks)
-    raise ValueError(f"no reconciliation for {provider!r}")
+        token = _required(source, source.api_key, "TOKEN")
+        return github.GitHubDeliveries(token, settings.github_api_base,
+                                       _required(source, source.hooks, "HOOKS"))
+    raise ValueError(f"no reconciliation for {source.provider!r}")
 
 
-def configured(settings: Settings) -> list[str]:
-    """The providers whose API credentials are set."""
+def _stripe_api(settings: Settings, source: sources.Source) -> Source:
+    """`GET /v1/events` with the source's key; a thin source's `GET /v2/core/events`; a
+    Connect source's `GET /v1/events` of each connected account (`Stripe-Account`)."""
+    from shared.reconciliation import stripe
+
+    api_key = _required(source, source.api_key, "API_KEY")
+    if source.events is sources.EventKind.THIN:
+        return stripe.thin_events(api_key, settings.stripe_api_base)
+    if source.connect:
+        return stripe.ConnectEvents(api_key, settings.stripe_api_base)
+    return stripe.StripeEvents(api_key, settings.stripe_api_base)
+
+
+def _required(source: sources.Source, value: Any, suffix: str) -> Any:
+    """The credential, or MissingVariable naming the source's variable for it."""
+    if not value:
+        name = (f"{source.provider.upper()}_{suffix}" if source.default
+                else sources.variable_name(source.provider, source.name, suffix))
+        raise MissingVariable(name, f"reconciliation of {source.label} needs it")
+    return value
+
+
+def configured(settings: Settings) -> list[sources.Source]:
+    """The sources whose API credentials are set, each reconciled with its own."""
     found = []
     for provider in PROVIDERS:
-        try:
-            source_for(settings, provider)
-        except MissingVariable:
-            continue
-        found.append(provider)
+        candidates = settings.sources.of(provider)
+        if settings.sources.get(provider) is None:
+            candidates.insert(0, settings.default_source(provider))
+        for candidate in candidates:
+            try:
+                api_for(settings, candidate)
+            except MissingVariable:
+                continue
+            found.append(candidate)
     return found
 
 
 def reconcile(engine: Engine, source: Source, provider: str, since: datetime, *,
               dry_run: bool = False, wake: Callable[[list[int]], object] | None = None,
-              ) -> Result:
+              source_name: str | None = None) -> Result:
     """List the provider's events since `since` and record each one not yet recorded, page
     by page as the API answers, each page oldest first. `engine` is an autocommit engine
     (as the ingest's); `wake` sends the wake-ups for the new jobs. Raises ReconcileFailed
     on an API error, after recording every page before it: result.recorded counts them
-    (attached to the error as .result)."""
-    result = Result(provider, since)
+    (attached to the error as .result). `source_name`: the source whose credentials list
+    them and whose name the new rows record (None: the provider's default source)."""
+    result = Result(provider, since, source=source_name or provider)
     seen: set[str] = set()
+    if isinstance(source, PerAccount):
+        source.add_accounts(_recorded_accounts(engine, provider, result.source))
     try:
         for page in source.pages(since):
             listings = sorted(_unique(page, seen), key=lambda item: item.created)
@@ -148,7 +203,7 @@ def reconcile(engine: Engine, source: Source, provider: str, since: datetime, *,
             if dry_run:
                 result.would_record.extend(missing)
             else:
-                _record(engine, source, provider, missing, result, wake)
+                _record(engine, source, missing, result, wake)
         if result.skipped:
             raise ReconcileFailed(_skipped_message(result))
     except ReconcileFailed as error:
@@ -178,21 +233,27 @@ def _recorded(engine: Engine, provider: str, event_ids: Sequence[str]) -> set[st
     return found
 
 
-def _origin(provider: str, payload: bytes) -> Origin:
-    """What the event's row records of its origin. Reconciliation lists the default
-    source's events with the provider's own credentials, so its source is the default
-    one; a per-source reconciliation passes its source's name here instead."""
+def _recorded_accounts(engine: Engine, provider: str, source: str) -> list[str]:
+    with db.transaction(engine) as conn:
+        return list(db.fetch_scalars_in(conn, queries.EventListAccounts,
+                                        {"provider": provider, "source": source}))
+
+
+def _origin(provider: str, source: str, listing: Listing, payload: bytes) -> Origin:
+    """What the event's row records of its origin: the source whose credentials listed it,
+    and for Stripe the event's account (or the account it was listed for) and livemode."""
     if provider != stripe_provider.name:
-        return Origin(source=provider)
+        return Origin(source=source)
     try:
         account, livemode = stripe_provider.origin(json.loads(payload))
     except (ValueError, AttributeError):
         account, livemode = None, None
-    return Origin(source=provider, account=account, livemode=livemode)
+    return Origin(source=source, account=account or listing.account, livemode=livemode)
 
 
-def _record(engine: Engine, source: Source, provider: str, missing: list[Listing],
-            result: Result, wake: Callable[[list[int]], object] | None) -> None:
+def _record(engine: Engine, source: Source, missing: list[Listing], result: Result,
+            wake: Callable[[list[int]], object] | None) -> None:
+    provider = result.provider
     new_jobs: list[int] = []
     try:
         for listing in missing:
@@ -203,11 +264,13 @@ def _record(engine: Engine, source: Source, provider: str, missing: list[Listing
             try:
                 done = record_event(engine, provider, listing.event_id, event_type, payload,
                                     via=ReceivedVia.RECONCILE,
-                                    origin=_origin(provider, payload))
+                                    origin=_origin(provider, result.source, listing,
+                                                   payload))
             except InvalidPayload as error:
                 result.skipped.append((listing.event_id, str(error)))
                 log.error("event skipped by reconciliation: it cannot be stored",
-                          extra={"provider": provider, "event_id": listing.event_id,
+                          extra={"provider": provider, "source": result.source,
+                                 "event_id": listing.event_id,
                                  "error": str(error)})
                 continue
             if done.duplicate:  # a delivery landed since the page was read
@@ -215,7 +278,8 @@ def _record(engine: Engine, source: Source, provider: str, missing: list[Listing
                 continue
             result.recorded += 1
             log.info("event recorded by reconciliation",
-                     extra={"provider": provider, "event_id": listing.event_id,
+                     extra={"provider": provider, "source": result.source,
+                            "event_id": listing.event_id, "account": listing.account,
                             "event_type": event_type, "job_id": done.job_id})
             if done.job_id is not None:
                 new_jobs.append(done.job_id)
@@ -230,15 +294,23 @@ def _record(engine: Engine, source: Source, provider: str, missing: list[Listing
 def _skipped_message(result: Result) -> str:
     named = "; ".join(f"{event_id} ({why})" for event_id, why in result.skipped[:3])
     more = f" and {len(result.skipped) - 3} more" if len(result.skipped) > 3 else ""
-    return (f"{result.provider}: {len(result.skipped)} event(s) skipped, they cannot be "
+    return (f"{_label(result)}: {len(result.skipped)} event(s) skipped, they cannot be "
             f"stored: {named}{more}")
 
 
-def since_for_clock(engine: Engine, provider: str) -> datetime:
-    """Where the clock's run starts: the last successful run's start less MARGIN, or
-    DEFAULT_LOOKBACK ago. Marks this run as started."""
+def _label(result: Result) -> str:
+    return (result.provider if result.source == result.provider
+            else f"{result.provider}/{result.source}")
+
+
+def since_for_clock(engine: Engine, provider: str, source: str | None = None) -> datetime:
+    """Where the clock's run of a source starts (None: the provider's default source):
+    its last successful run's start less MARGIN, or DEFAULT_LOOKBACK ago. Marks this run
+    as started. Each source has its own row: a Connect source failing late does not hold
+    back the platform's own runs."""
     with db.transaction(engine) as conn:
-        row = conn.execute(queries.ReconcileRunStart, {"provider": provider}).first()
+        row = conn.execute(queries.ReconcileRunStart,
+                           {"provider": provider, "source": source or provider}).first()
     last = row[0] if row else None
     if last is None:
         return datetime.now(UTC) - DEFAULT_LOOKBACK
@@ -249,5 +321,5 @@ def record_run(engine: Engine, result: Result) -> None:
     """Store the run's outcome; a success moves the next run's start."""
     with db.transaction(engine) as conn:
         conn.execute(queries.ReconcileRunFinish, {
-            "provider": result.provider, "error": result.error, "listed": result.listed,
-            "recorded": result.recorded})
+            "provider": result.provider, "source": result.source, "error": result.error,
+            "listed": result.listed, "recorded": result.recorded})

@@ -12,7 +12,13 @@ The payload recorded is each event's JSON as the response carried it: the list i
 with the library's `raw_request` (its authentication, retries and errors), not turned
 into the library's objects, which make `*_decimal` strings Decimals (not what Stripe
 sent) and cost more than the JSON itself. The library retries 5xx and connection errors;
-a 429 is retried here after its Retry-After (or a backoff)."""
+a 429 is retried here after its Retry-After (or a backoff). Every request waits for its
+token of the process's one Stripe budget first (shared/providers/stripe_budget.py).
+
+A Connect source (ConnectEvents) lists the events of each connected account with its
+`Stripe-Account` header, each account its own walk (anchor and cursor) over the window:
+the accounts its recorded events name and those `GET /v1/accounts` lists. The platform's
+own events (no header) are not a Connect source's: its own source reconciles them."""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from typing import Any
 
 import stripe as stripe_sdk
 
+from shared.providers import stripe_budget
 from shared.reconciliation import Fetched, Listing, ReconcileFailed
 
 PAGE = 100
@@ -32,10 +39,19 @@ RATE_LIMIT_RETRIES = 5
 MAX_WAIT_SECONDS = 60.0
 
 
+def _client(api_key: str, api_base: str) -> stripe_sdk.StripeClient:
+    return stripe_sdk.StripeClient(
+        api_key, base_addresses={"api": api_base}, max_network_retries=NETWORK_RETRIES,
+        http_client=stripe_budget.http_client())
+
+
 class StripeEvents:
-    def __init__(self, api_key: str, api_base: str) -> None:
-        self._client = stripe_sdk.StripeClient(
-            api_key, base_addresses={"api": api_base}, max_network_retries=NETWORK_RETRIES)
+    """`GET /v1/events` of the key's account, or of the connected `account`."""
+
+    def __init__(self, api_key: str, api_base: str, account: str | None = None,
+                 client: stripe_sdk.StripeClient | None = None) -> None:
+        self._client = client or _client(api_key, api_base)
+        self.account = account
 
     def pages(self, since: datetime) -> Iterator[list[Listing]]:
         start = int(since.timestamp())
@@ -49,7 +65,7 @@ class StripeEvents:
             events, has_more = self._page(params)
             if forward:
                 events.reverse()  # a page is newest first; forward, it is read oldest first
-            listings = [_listing(event) for event in events]
+            listings = [_listing(event, self.account) for event in events]
             yield [item for item in listings if item.created >= since]
             if not has_more or not events:
                 return
@@ -71,35 +87,77 @@ class StripeEvents:
 
     def _page(self, params: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
         """One list request: its events as the response's JSON carried them, and has_more."""
-        for attempt in range(RATE_LIMIT_RETRIES + 1):
-            try:
-                response = self._client.raw_request("get", "/v1/events", **params)
-            except stripe_sdk.RateLimitError as error:
-                if attempt == RATE_LIMIT_RETRIES:
-                    raise ReconcileFailed(f"Stripe: rate limited: {error}") from None
-                time.sleep(_retry_after(error.headers, attempt))
-                continue
-            except stripe_sdk.StripeError as error:
-                raise ReconcileFailed(f"Stripe: {type(error).__name__}: {error}") from None
-            return _served(response)
-        raise AssertionError("unreachable")
+        return _list(self._client, "/v1/events", params, self.account)
 
 
-def _served(response: Any) -> tuple[list[dict[str, Any]], bool]:
+class ConnectEvents:
+    """A Connect source: `GET /v1/events` of each connected account (`Stripe-Account`),
+    one account after another, each its own walk over the window; the accounts are those
+    `GET /v1/accounts` lists (paginated) and those added (the source's recorded events
+    name them), each once, in order."""
+
+    def __init__(self, api_key: str, api_base: str) -> None:
+        self._client = _client(api_key, api_base)
+        self._named: list[str] = []
+
+    def add_accounts(self, accounts: Any) -> None:
+        self._named.extend(accounts)
+
+    def pages(self, since: datetime) -> Iterator[list[Listing]]:
+        for account in dict.fromkeys([*self._named, *self.accounts()]):
+            yield from StripeEvents("", "", account, self._client).pages(since)
+
+    def accounts(self) -> Iterator[str]:
+        """The connected accounts `GET /v1/accounts` lists, page after page."""
+        cursor: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": PAGE}
+            if cursor is not None:
+                params["starting_after"] = cursor
+            accounts, has_more = _list(self._client, "/v1/accounts", params, None)
+            yield from (str(account["id"]) for account in accounts if account.get("id"))
+            if not has_more or not accounts or accounts[-1].get("id") == cursor:
+                return
+            cursor = str(accounts[-1]["id"])
+
+    def fetch(self, listing: Listing) -> Fetched:
+        raise AssertionError("Stripe's list carries whole events")
+
+
+def _list(client: stripe_sdk.StripeClient, path: str, params: dict[str, Any],
+          account: str | None) -> tuple[list[dict[str, Any]], bool]:
+    """One v1 list request (of `account`'s, with Stripe-Account): its objects as the
+    response's JSON carried them, and has_more. A 429 waits its Retry-After (or a backoff)
+    before the next try, RATE_LIMIT_RETRIES times at most: never hammered."""
+    for attempt in range(RATE_LIMIT_RETRIES + 1):
+        try:
+            response = client.raw_request("get", path, stripe_account=account, **params)
+        except stripe_sdk.RateLimitError as error:
+            if attempt == RATE_LIMIT_RETRIES:
+                raise ReconcileFailed(f"Stripe: rate limited: {error}") from None
+            time.sleep(_retry_after(error.headers, attempt))
+            continue
+        except stripe_sdk.StripeError as error:
+            raise ReconcileFailed(f"Stripe: {type(error).__name__}: {error}") from None
+        return _served(response, path)
+    raise AssertionError("unreachable")
+
+
+def _served(response: Any, path: str) -> tuple[list[dict[str, Any]], bool]:
     try:
         events, has_more = response.data["data"], response.data.get("has_more", False)
     except (AttributeError, KeyError, TypeError):
-        raise ReconcileFailed("Stripe: /v1/events answered without a list") from None
+        raise ReconcileFailed(f"Stripe: {path} answered without a list") from None
     if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
-        raise ReconcileFailed("Stripe: /v1/events answered without a list")
+        raise ReconcileFailed(f"Stripe: {path} answered without a list")
     return events, bool(has_more)
 
 
-def _listing(event: dict[str, Any]) -> Listing:
+def _listing(event: dict[str, Any], account: str | None = None) -> Listing:
     try:
         return Listing(event_id=str(event["id"]), event_type=str(event["type"]),
                        created=datetime.fromtimestamp(int(event["created"]), UTC),
-                       payload=json.dumps(event).encode())
+                       payload=json.dumps(event).encode(), account=account)
     except (KeyError, TypeError, ValueError, OverflowError):
         raise ReconcileFailed("Stripe: an event without id, type or created") from None
 
@@ -121,8 +179,7 @@ class StripeThinEvents:
     another host is refused: the key goes to the API base only."""
 
     def __init__(self, api_key: str, api_base: str) -> None:
-        self._client = stripe_sdk.StripeClient(
-            api_key, base_addresses={"api": api_base}, max_network_retries=NETWORK_RETRIES)
+        self._client = _client(api_key, api_base)
 
     def pages(self, since: datetime) -> Iterator[list[Listing]]:
         url: str | None = "/v2/core/events"

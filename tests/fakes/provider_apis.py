@@ -19,6 +19,16 @@ through the official `stripe` client, as production does.
              Objects and events are kept per account: a connected account's are found only
              with its `Stripe-Context` (or `Stripe-Account`) header, the platform's only
              without one; every such request's headers are kept in `stripe_headers`.
+    Stripe Connect, for a Connect source's reconciliation:
+             GET /v1/accounts?limit=N[&starting_after=ID]  -> {object: "list", data:
+                 [accounts, newest first, from Stripe's published `account`], has_more,
+                 url: "/v1/accounts"}
+             GET /v1/events with `Stripe-Account: ACCT`  -> the connected account's own
+                 events (`stripe_account_events[ACCT]`), paged as the platform's are
+    Stripe keys: STRIPE_KEY is the platform's; each key of `stripe_key_events` is another
+             account's (a second Stripe account, its own source), whose `GET /v1/events`
+             lists those events only. Every Stripe request's (path, key, Stripe-Account)
+             is kept in `stripe_auth`, and its time in `stripe_times`.
     Paddle   GET /events?per_page=N[&after=ID][&order_by=id[ASC]|id[DESC]]
              -> {data: [events in id order, ascending unless asked], meta: {request_id,
                  pagination: {per_page, next, has_more, estimated_total}}}
@@ -31,6 +41,8 @@ Every request must carry the credentials (Stripe: Bearer of the key; Paddle: Bea
 GitHub: Bearer token); others get 401. Faults, each consumed per request:
 
     rate_limited   the next N requests: 429 with Retry-After: 1
+    stripe_rate    Stripe's rate limit: a Stripe request above this many in the last
+                   second is answered 429 with Retry-After: 1 (counted in stripe_429s)
     fail_after     after this many more successful requests, every request: 500
                    (until fail_after is set to None again)
     fail_next      the next N requests: 500 (after rate_limited's)
@@ -71,6 +83,14 @@ class State:
     stripe_objects: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
     # (path, Stripe-Context, Stripe-Account) of each Stripe v2 or object request
     stripe_headers: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    # Connect: the connected accounts (published `account` objects), and their own events
+    stripe_accounts: list[dict[str, Any]] = field(default_factory=list)
+    stripe_account_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    stripe_key_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    stripe_auth: list[tuple[str, str, str | None]] = field(default_factory=list)
+    stripe_times: list[float] = field(default_factory=list)  # every Stripe request's
+    stripe_rate: int | None = None
+    stripe_429s: int = 0
     rate_limited: int = 0
     fail_next: int = 0
     slow_next: int = 0
@@ -123,7 +143,7 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
             query = dict(parse_qsl(parts.query))
             with state.lock:
                 state.requests[parts.path] += 1
-                fault = _fault(state)
+                fault = _fault(state) or self._stripe_limit(parts.path)
                 slow = _slow(state)
             if slow:
                 time.sleep(slow)
@@ -144,10 +164,15 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
             auth = self.headers.get("Authorization", "")
             base = state.next_base or f"http://{self.headers['Host']}"
             if path == "/v1/events":
-                if auth != f"Bearer {STRIPE_KEY}":
+                events = self._stripe_events(auth)
+                if events is None:
                     return 401, {"error": {"message": "Invalid API Key"}}, {}
-                status, body = _stripe_page(state, query)
+                status, body = _stripe_page(state, query, events)
                 return status, body, {}
+            if path == "/v1/accounts":
+                if auth != f"Bearer {STRIPE_KEY}" or self.headers.get("Stripe-Account"):
+                    return 401, {"error": {"message": "Invalid API Key"}}, {}
+                return 200, _stripe_accounts_page(state, query), {}
             if path.startswith(("/v2/", "/v1/invoices/")):
                 if auth != f"Bearer {STRIPE_KEY}":
                     return 401, {"error": {"type": "invalid_request_error",
@@ -166,6 +191,32 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
                 body, link = _github_page(state, query, base)
                 return 200, body, ({"Link": link} if link else {})
             raise KeyError(path)
+
+        def _stripe_limit(self, path: str) -> int | None:
+            """Stripe's rate limit (stripe_rate a second), under state.lock."""
+            if not path.startswith(("/v1/", "/v2/")):
+                return None
+            now = time.monotonic()
+            key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            state.stripe_auth.append((path, key, self.headers.get("Stripe-Account")))
+            state.stripe_times.append(now)
+            if state.stripe_rate is None:
+                return None
+            recent = sum(1 for at in state.stripe_times[-4 * state.stripe_rate:]
+                         if at > now - 1.0)
+            if recent > state.stripe_rate:
+                state.stripe_429s += 1
+                return 429
+            return None
+
+        def _stripe_events(self, auth: str) -> list[dict[str, Any]] | None:
+            """The events the key (and Stripe-Account) may list; None: a bad key."""
+            account = self.headers.get("Stripe-Account")
+            if auth == f"Bearer {STRIPE_KEY}":
+                if account:
+                    return state.stripe_account_events.get(account, [])
+                return state.stripe_events
+            return state.stripe_key_events.get(auth.removeprefix("Bearer "))
 
         def _stripe_v2(self, path: str, query: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
             context = self.headers.get("Stripe-Context")
@@ -240,24 +291,37 @@ def _stripe_v2_page(state: State, query: dict[str, str], account: str | None) ->
 _STRIPE_CREATED = {"gte": int.__ge__, "gt": int.__gt__, "lte": int.__le__, "lt": int.__lt__}
 
 
-def _stripe_page(state: State, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+def _stripe_accounts_page(state: State, query: dict[str, str]) -> dict[str, Any]:
     limit = min(int(query.get("limit", "10")), 100)
-    events = _newest_first(state)
+    accounts = sorted(state.stripe_accounts, key=lambda a: (a["created"], a["id"]),
+                      reverse=True)
+    if "starting_after" in query:
+        ids = [account["id"] for account in accounts]
+        accounts = accounts[ids.index(query["starting_after"]) + 1:]
+    return {"object": "list", "url": "/v1/accounts", "has_more": len(accounts) > limit,
+            "data": accounts[:limit]}
+
+
+def _stripe_page(state: State, query: dict[str, str],
+                 listed: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    limit = min(int(query.get("limit", "10")), 100)
+    events = (_newest_first(state) if listed is state.stripe_events else
+              sorted(listed, key=lambda e: (e["created"], e["id"]), reverse=True))
     for op, test in _STRIPE_CREATED.items():
         if f"created[{op}]" in query:
             bound = int(query[f"created[{op}]"])
             events = [e for e in events if test(e["created"], bound)]
-    ids = [e["id"] for e in state.stripe_events]
+    ids = [e["id"] for e in listed]
     cursor = query.get("starting_after") or query.get("ending_before")
     if cursor and cursor not in ids:
         return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing",
                                "message": f"No such event: '{cursor}'", "param": "id"}}
     if "starting_after" in query:
-        position = _position(state, cursor)
+        position = _position(listed, cursor)
         events = [e for e in events if (e["created"], e["id"]) < position]
         page, more = events[:limit], len(events) > limit
     elif "ending_before" in query:
-        position = _position(state, cursor)
+        position = _position(listed, cursor)
         events = [e for e in events if (e["created"], e["id"]) > position]
         page, more = events[-limit:], len(events) > limit
     else:
@@ -276,8 +340,8 @@ def _newest_first(state: State) -> list[dict[str, Any]]:
         return ordered
 
 
-def _position(state: State, event_id: str | None) -> tuple[int, str]:
-    event = next(e for e in state.stripe_events if e["id"] == event_id)
+def _position(listed: list[dict[str, Any]], event_id: str | None) -> tuple[int, str]:
+    event = next(e for e in listed if e["id"] == event_id)
     return (event["created"], event["id"])
 
 

@@ -51,6 +51,14 @@ def stripe_object(kind: str, **fields: Any) -> dict[str, Any]:
     return obj
 
 
+def stripe_account(account_id: str, created: int) -> dict[str, Any]:
+    """Stripe's published `account` (stripe/objects/account.json), its id and created set."""
+    account: dict[str, Any] = published("stripe/objects/account.json")
+    account.update({"id": account_id, "created": created})
+    account["external_accounts"]["url"] = f"/v1/accounts/{account_id}/external_accounts"
+    return account
+
+
 def stripe_event(event_type: str, obj: dict[str, Any], *, event_id: str,
                  created: int) -> dict[str, Any]:
     """Stripe's published Event envelope (same keys, same order) around `obj`."""

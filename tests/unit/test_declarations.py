@@ -14,7 +14,7 @@ from shared.providers.base import SecretFormat
 from shared.reconciliation import PROVIDERS as RECONCILED_BY_CLOCK
 from shared.settings import Settings
 from webhooks import readme
-from webhooks.cli import main
+from webhooks.cli import SourceLabel, main
 from webhooks.console.settings import ConsoleSettings
 
 
@@ -66,9 +66,9 @@ def test_the_commands_choose_among_the_registered_providers(command: str) -> Non
 
 
 def test_reconcile_chooses_among_the_providers_with_an_events_api() -> None:
-    argument = next(p for p in main.commands["reconcile"].params if p.name == "provider")
-    assert isinstance(argument.type, click.Choice)
-    assert tuple(argument.type.choices) == RECONCILED == RECONCILED_BY_CLOCK
+    argument = next(p for p in main.commands["reconcile"].params if p.name == "target")
+    assert isinstance(argument.type, SourceLabel)  # PROVIDER or PROVIDER/SOURCE
+    assert argument.type.providers == RECONCILED == RECONCILED_BY_CLOCK
     assert set(RECONCILED) == {"stripe", "paddle", "github"}
 
 

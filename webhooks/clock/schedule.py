@@ -1,10 +1,11 @@
 """The clock's schedule, on APScheduler:
 
 - sweep, every SWEEP_INTERVAL_SECONDS (webhooks/clock/sweep.py);
-- reconcile, every RECONCILE_INTERVAL_SECONDS, each provider with API credentials, from
-  its last successful run (less a margin) or 72 hours back (shared/reconciliation);
+- reconcile, every RECONCILE_INTERVAL_SECONDS, each source with API credentials (each
+  with its own), from its last successful run (less a margin) or 72 hours back
+  (shared/reconciliation);
 - after a failover, every SWEEP_INTERVAL_SECONDS whatever RECONCILE_INTERVAL_SECONDS says:
-  each provider with credentials not yet reconciled over RECONCILE_AFTER_FAILOVER_HOURS
+  each source with credentials not yet reconciled over RECONCILE_AFTER_FAILOVER_HOURS
   before the latest failover the sweep recorded (shared/failover.py);
 - prune, nightly: retention (shared/retention.py);
 - audit, every AUDIT_INTERVAL_SECONDS (the first within AUDIT_FIRST_AFTER_SECONDS of the
@@ -30,6 +31,7 @@ from shared import audit as audits
 from shared import db, failover, hooks, queries, reconciliation, retention, wakeups
 from shared.errors import describe
 from shared.settings import Settings
+from shared.sources import Source
 from webhooks.clock.sweep import sweep
 
 log = logging.getLogger(__name__)
@@ -47,27 +49,32 @@ def prune(engine: Engine, days: int) -> int | None:
 
 
 def reconcile(settings: Settings, engine: Engine, broker: dramatiq.Broker,
-              provider: str, since: datetime | None = None) -> reconciliation.Result:
-    """One reconciliation run of provider, recorded in reconcile_runs, from `since` or
-    else from the last success. An API error is logged and stored; the next interval
-    tries again from the last success."""
-    since = min(reconciliation.since_for_clock(engine, provider), since or datetime.now(UTC))
-    source = reconciliation.source_for(settings, provider)
+              source: Source | str, since: datetime | None = None) -> reconciliation.Result:
+    """One reconciliation run of a source (a provider's name: its default source) with
+    its own credentials, recorded in its reconcile_runs row, from `since` or else from
+    its last success. An API error is logged and stored; the next interval tries again
+    from the last success."""
+    if isinstance(source, str):  # a provider's name: its default source
+        source = settings.sources.get(source) or settings.default_source(source)
+    provider, name = source.provider, source.name
+    since = min(reconciliation.since_for_clock(engine, provider, name),
+                since or datetime.now(UTC))
+    fields = {"provider": provider, "source": source.label}
     try:
         result = reconciliation.reconcile(
-            engine, source, provider, since,
-            wake=lambda job_ids: wakeups.wake_jobs(broker, job_ids))
+            engine, reconciliation.api_for(settings, source), provider, since,
+            wake=lambda job_ids: wakeups.wake_jobs(broker, job_ids), source_name=name)
     except reconciliation.ReconcileFailed as error:
         result = error.result  # type: ignore[attr-defined]
-        log.error("reconciliation failed", extra={"provider": provider, "error": str(error),
+        log.error("reconciliation failed", extra={**fields, "error": str(error),
                                                   "recorded": result.recorded})
     except Exception as error:  # recorded as a failed run, so the failure metric shows it
         if db.is_unavailable(error):
             raise
-        result = reconciliation.Result(provider, since, error=describe(error))
-        log.exception("reconciliation failed", extra={"provider": provider})
+        result = reconciliation.Result(provider, since, source=name, error=describe(error))
+        log.exception("reconciliation failed", extra=fields)
     else:
-        log.info("reconciled", extra={"provider": provider, "since": since.isoformat(),
+        log.info("reconciled", extra={**fields, "since": since.isoformat(),
                                       "listed": result.listed, "recorded": result.recorded})
     reconciliation.record_run(engine, result)
     return result
@@ -79,18 +86,20 @@ def reconcile_after_failover(settings: Settings, engine: Engine,
     failover, over the window before it, and mark those that succeeded. What is due is
     read from the tables each time: a clock restarted mid-way (or another clock) does the
     rest, and a failed run is tried again at the next tick."""
-    due = failover.reconciles_due(engine, reconciliation.configured(settings),
-                                  settings.reconcile_after_failover_hours)
+    configured = {(source.provider, source.name): source
+                  for source in reconciliation.configured(settings)}
+    due = failover.reconciles_due(engine, configured, settings.reconcile_after_failover_hours)
     if due is None:
         return []
     results = []
-    for provider in due.providers:
-        result = reconcile(settings, engine, broker, provider, since=due.since)
+    for key in due.sources:
+        result = reconcile(settings, engine, broker, configured[key], since=due.since)
         if result.error is None:
-            failover.mark_reconciled(engine, due.timeline_id, provider)
+            failover.mark_reconciled(engine, due.timeline_id, *key)
             log.info("reconciled after the failover",
-                     extra={"provider": provider, "timeline": due.timeline_id,
-                            "since": due.since.isoformat(), "recorded": result.recorded})
+                     extra={"provider": key[0], "source": configured[key].label,
+                            "timeline": due.timeline_id, "since": due.since.isoformat(),
+                            "recorded": result.recorded})
         results.append(result)
     return results
 
@@ -121,11 +130,11 @@ def run(settings: Settings) -> None:
                       seconds=settings.sweep_interval_seconds, id="sweep",
                       max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
     if settings.reconcile_interval_seconds > 0:
-        for provider in reconciliation.configured(settings):
+        for source in reconciliation.configured(settings):
             scheduler.add_job(_safely(reconcile), "interval",
-                              args=(settings, recording, broker, provider),
+                              args=(settings, recording, broker, source),
                               seconds=settings.reconcile_interval_seconds,
-                              id=f"reconcile-{provider}", max_instances=1, coalesce=True,
+                              id=f"reconcile-{source.label}", max_instances=1, coalesce=True,
                               next_run_time=datetime.now(UTC))
     if reconciliation.configured(settings):
         # As often as the sweep that records a new timeline: within a minute of it.
