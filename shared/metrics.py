@@ -60,8 +60,9 @@ queue_depth = Gauge(
     multiprocess_mode="mostrecent",
 )
 provider_paused = Gauge(
-    "webhooks_provider_paused", "1 while the provider is paused (`webhooks pause`): its "
-    "deliveries are recorded, its jobs wait.", ["provider"], multiprocess_mode="mostrecent",
+    "webhooks_provider_paused", "1 while the source is paused (`webhooks pause PROVIDER` or "
+    "`PROVIDER/SOURCE`): its deliveries are recorded, its jobs wait.", ["provider", "source"],
+    multiprocess_mode="mostrecent",
 )
 # Reconciliation, read from the database at scrape time (the clock runs it; the web shows).
 reconcile_runs = Gauge(

@@ -15,7 +15,8 @@ from shared.events import EventDetail, EventRow
 from shared.hooks import Section, Violation
 from shared.terminal import visible
 
-EVENT_COLUMNS = ("status", "attempts", "age", "provider", "type", "event id", "last error")
+EVENT_COLUMNS = ("status", "attempts", "age", "source", "account", "type", "event id",
+                 "last error")
 NO_JOB = "-"  # an event whose job is gone
 
 
@@ -56,7 +57,8 @@ def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
     """Columns padded to their widest cell, never cut; the last error takes what is left
     of `width` (at least MIN_ERROR characters), on one line, cut with an ellipsis."""
     cells = [[status(row), str(row.attempts), age(now - row.received_at),
-              visible(row.provider), visible(row.event_type), visible(row.event_id),
+              visible(source_label(row.provider, row.source)), visible(row.account or ""),
+              visible(row.event_type), visible(row.event_id),
               visible(one_line(row.last_error))]
              for row in rows]
     table = [list(EVENT_COLUMNS), *cells]
@@ -70,8 +72,13 @@ def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
     return "\n".join(lines)
 
 
+def source_label(provider: str, source: str) -> str:
+    """`stripe` for a provider's default source, `stripe/connect` for a named one."""
+    return provider if source in ("", provider) else f"{provider}/{source}"
+
+
 def status(row: EventRow) -> str:
-    """The job's status; a pending job of a paused provider says so."""
+    """The job's status; a pending job of a paused provider or source says so."""
     if row.status is None:
         return NO_JOB
     return f"{row.status} (paused)" if row.paused and row.status == "pending" else row.status
@@ -110,6 +117,7 @@ def detail_text(detail: EventDetail) -> str:
     """An event for a terminal: what it is, its job, its effects, then its payload."""
     event, job = detail.event, detail.job
     lines = [f"event         {event['provider']} {event['event_id']} ({event['event_type']})",
+             f"source        {_source_line(event)}",
              f"received      {_time(event['received_at'])}; duplicates: {detail.duplicates}"]
     lines += _job_lines(job)
     for section in detail.effects:
@@ -128,6 +136,15 @@ def detail_text(detail: EventDetail) -> str:
     # Every line's data with its control characters escaped: no line of it drives the
     # terminal or starts a line of its own.
     return "\n".join(visible(line) for line in lines)
+
+
+def _source_line(event: dict[str, Any]) -> str:
+    """The source; for Stripe also the account (the platform's own when none) and mode."""
+    line = source_label(event["provider"], event["source"])
+    if event.get("livemode") is not None:
+        line += (f"; account {event['account'] or 'the platform'}; "
+                 f"{'live' if event['livemode'] else 'test'} mode")
+    return line
 
 
 def _job_lines(job: dict[str, Any] | None) -> list[str]:

@@ -14,7 +14,7 @@ from shared.providers.base import SecretFormat
 from shared.reconciliation import PROVIDERS as RECONCILED_BY_CLOCK
 from shared.settings import Settings
 from webhooks import readme
-from webhooks.cli import main
+from webhooks.cli import main, source_of
 from webhooks.console.settings import ConsoleSettings
 
 
@@ -58,11 +58,19 @@ def test_a_whsec_base64_secret_is_checked_at_start() -> None:
         Settings.from_env({"STANDARD_WEBHOOK_SECRET": "whsec_***"})
 
 
-@pytest.mark.parametrize("command", ["send", "pause", "resume"])
-def test_the_commands_choose_among_the_registered_providers(command: str) -> None:
-    argument = next(p for p in main.commands[command].params if p.name == "provider")
-    assert isinstance(argument.type, click.Choice)
-    assert set(argument.type.choices) == set(PROVIDERS)
+def test_the_commands_choose_among_the_registrys_providers_and_sources() -> None:
+    """`send`, `pause`, `resume` and `events --source` read PROVIDER[/SOURCE] through
+    cli.source_of: the registry's providers and configured sources, nothing else."""
+    settings = Settings.from_env({"STRIPE_WEBHOOK_SECRET": "whsec_a", "STRIPE_SOURCES": "connect",
+                                  "STRIPE_CONNECT_WEBHOOK_SECRET": "whsec_b"})
+    assert {source_of(settings, provider) for provider in PROVIDERS} == \
+        {(provider, None) for provider in PROVIDERS}
+    assert [source_of(settings, source.label, whole=False) for source in settings.sources] == \
+        [(source.provider, source.name) for source in settings.sources]
+    for unknown in ("nope", "stripe/eu", "stripe/stripe", "paddle/connect"):
+        with pytest.raises(SystemExit) as exited:
+            source_of(settings, unknown)
+        assert exited.value.code == 2
 
 
 def test_reconcile_chooses_among_the_providers_with_an_events_api() -> None:
