@@ -78,11 +78,14 @@ def _database_gauges() -> DatabaseGauges:
     return gauges
 
 
-def _set_paused(pauses: list[pausing.Pause], configured: Sequence[Source]) -> None:
-    """One series per source: the configured ones (the registry bounds the label values)
-    and every provider's default source, configured or not, as before sources."""
-    keys = {(source.provider, source.name) for source in configured}
-    keys |= {(provider, provider) for provider in providers.PROVIDERS}
+def _source_keys(configured: Sequence[Source]) -> set[tuple[str, str]]:
+    """(provider, source) of every configured source (the registry bounds the label
+    values) and of every provider's default source, configured or not, as before sources."""
+    return ({(source.provider, source.name) for source in configured}
+            | {(provider, provider) for provider in providers.PROVIDERS})
+
+
+def _set_paused(pauses: list[pausing.Pause], keys: set[tuple[str, str]]) -> None:
     for provider, source in sorted(keys):
         metrics.provider_paused.labels(provider, source).set(
             1 if pausing.is_paused(pauses, provider, source) else 0)
@@ -102,7 +105,8 @@ def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
             for row in conn.execute(queries.MetricsTableEstimates)}
     job_counts = _job_counts(conn, rows.get("jobs", -1.0))
     email_counts = _email_counts(conn, rows.get("outbox", -1.0))
-    oldest = {row.provider: float(row.age) for row in conn.execute(queries.MetricsOldestDue)}
+    oldest = {(row.provider, row.source): float(row.age)
+              for row in conn.execute(queries.MetricsOldestDue)}
     audited = conn.execute(queries.AuditResultsRead).all()
 
     metrics.database_failovers.set(failovers)
@@ -112,10 +116,12 @@ def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
     for provider in sorted(known):
         for status in STATUSES:
             metrics.jobs.labels(provider, status).set(job_counts.get((provider, status), 0))
-        metrics.oldest_due_job_age.labels(provider).set(max(oldest.get(provider, 0.0), 0.0))
     for status in EMAIL_STATUSES:
         metrics.emails.labels(status).set(email_counts.get(status, 0))
-    _set_paused(pauses, configured)
+    keys = _source_keys(configured) | set(oldest)
+    for key in sorted(keys):
+        metrics.oldest_due_job_age.labels(*key).set(max(oldest.get(key, 0.0), 0.0))
+    _set_paused(pauses, keys)
     for row in reconciliation:
         metrics.reconcile_runs.labels(row.provider).set(row.runs)
         metrics.reconcile_failures.labels(row.provider).set(row.failures)

@@ -221,12 +221,12 @@ MetricsJobsProviderShares = text("""
     WHERE schemaname = current_schema() AND tablename = 'jobs' AND attname = 'provider'
 """)
 
-# Due jobs' oldest run_at per provider (the partial pending index; paused providers' jobs
-# are not due).
+# Due jobs' oldest run_at per source (the partial pending index; paused sources' jobs are
+# not due).
 MetricsOldestDue = text(f"""
-    SELECT provider, extract(epoch FROM now() - min(run_at)) AS age
+    SELECT provider, source, extract(epoch FROM now() - min(run_at)) AS age
     FROM jobs WHERE {DUE}
-    GROUP BY provider
+    GROUP BY provider, source
 """)
 
 # Pending and failed emails through their partial indexes. All three exactly in one scan

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from prometheus_client import REGISTRY
 from sqlalchemy.engine import Engine
 
 from ingest.app import create_app
@@ -151,3 +152,37 @@ def test_send_signs_with_the_sources_secret_and_posts_to_its_url(  # type: ignor
     with clean_db.connect() as conn:
         row = conn.execute(sa.text("SELECT source, account FROM webhook_events")).one()
     assert tuple(row) == ("connect", "acct_sent")  # verified against the Connect secret
+
+
+def counted(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_the_ingests_counters_label_the_source(clean_db, sourced) -> None:  # type: ignore[no-untyped-def]
+    """Received, duplicate and rejected deliveries counted by source; a path no source is
+    configured at is `unknown`, so the registry bounds the label's values."""
+    client = create_app(sourced).test_client()
+    body = json.dumps({**factories.stripe_event("invoice.paid", factories.invoice(),
+                                                event_id="evt_counted"),
+                       "account": "acct_counted"}).encode()
+    connect = {"provider": "stripe", "source": "connect"}
+    before = {name: counted(name, **connect) for name in (
+        "webhooks_deliveries_received_total", "webhooks_deliveries_duplicate_total")}
+    refused_before = counted("webhooks_deliveries_rejected_total", **connect, reason="signature")
+    unknown_before = counted("webhooks_deliveries_rejected_total", provider="stripe",
+                             source="unknown", reason="not_configured")
+
+    def post(path: str, secret: str) -> int:
+        return client.post(f"/webhooks/{path}", data=body, headers={
+            "Stripe-Signature": factories.stripe_signature(body, secret)}).status_code
+
+    assert [post("stripe/connect", CONNECT_SECRET), post("stripe/connect", CONNECT_SECRET),
+            post("stripe/connect", EU_SECRET), post("stripe/nope", CONNECT_SECRET)] == \
+        [200, 200, 400, 404]
+    assert {name: counted(name, **connect) - value for name, value in before.items()} == {
+        "webhooks_deliveries_received_total": 1, "webhooks_deliveries_duplicate_total": 1}
+    assert counted("webhooks_deliveries_rejected_total", **connect,
+                   reason="signature") - refused_before == 1
+    assert counted("webhooks_deliveries_rejected_total", provider="stripe", source="unknown",
+                   reason="not_configured") - unknown_before == 1
+    assert counted("webhooks_signature_verified_total", **connect, secret="1") >= 2
