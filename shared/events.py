@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from shared import hooks, payloads
+from shared import hooks, payloads, sources
 from shared.models import (
     ALL_SOURCES,
     SEARCH_PAYLOAD_BYTES,
@@ -237,8 +237,7 @@ class ProviderCounts:
     @property
     def label(self) -> str:
         """`stripe`, `stripe/connect`: as commands name the source."""
-        return self.provider if self.source in ("", self.provider) else \
-            f"{self.provider}/{self.source}"
+        return sources.label(self.provider, self.source)
 
 
 Key = tuple[str, str]  # (provider, source)

@@ -11,6 +11,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from shared import sources
 from shared.events import EventDetail, EventRow
 from shared.hooks import Section, Violation
 from shared.terminal import visible
@@ -57,7 +58,7 @@ def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
     """Columns padded to their widest cell, never cut; the last error takes what is left
     of `width` (at least MIN_ERROR characters), on one line, cut with an ellipsis."""
     cells = [[status(row), str(row.attempts), age(now - row.received_at),
-              visible(source_label(row.provider, row.source)), visible(row.account or ""),
+              visible(sources.label(row.provider, row.source)), visible(row.account or ""),
               visible(row.event_type), visible(row.event_id),
               visible(one_line(row.last_error))]
              for row in rows]
@@ -70,11 +71,6 @@ def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
         room = max(width - len(head) - 2, MIN_ERROR)
         lines.append(f"{head}  {cut(line[-1], room)}".rstrip())
     return "\n".join(lines)
-
-
-def source_label(provider: str, source: str) -> str:
-    """`stripe` for a provider's default source, `stripe/connect` for a named one."""
-    return provider if source in ("", provider) else f"{provider}/{source}"
 
 
 def status(row: EventRow) -> str:
@@ -140,7 +136,7 @@ def detail_text(detail: EventDetail) -> str:
 
 def _source_line(event: dict[str, Any]) -> str:
     """The source; for Stripe also the account (the platform's own when none) and mode."""
-    line = source_label(event["provider"], event["source"])
+    line = sources.label(event["provider"], event["source"])
     if event.get("livemode") is not None:
         line += (f"; account {event['account'] or 'the platform'}; "
                  f"{'live' if event['livemode'] else 'test'} mode")

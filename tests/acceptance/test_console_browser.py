@@ -222,6 +222,36 @@ def test_a_read_only_console_has_nothing_to_press(page: Any, console: str,
     assert status_of(engine, job_id) == "failed"
 
 
+def test_filter_by_source_and_read_an_events_source_account_and_mode(
+        page: Any, console: str, engine: Engine) -> None:
+    kind = f"test.console_source_{secrets.token_hex(3)}"
+    platform, connected = invoice_event(kind), invoice_event(kind)
+    factories.insert_event_and_job(engine, platform)
+    factories.insert_event_and_job(engine, connected, source="connect")
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE webhook_events SET account = 'acct_console', "
+                             "livemode = true WHERE event_id = :e"), {"e": connected["id"]})
+
+    page.goto(f"{console}/events?type={kind}")
+    assert page.locator("tbody tr").count() == 2
+    page.get_by_label("Source").fill("stripe/connect")
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("tbody tr")
+    assert rows.count() == 1
+    assert rows.first.locator("td.source").inner_text() == "stripe/connect acct_console"
+    page.get_by_label("Source").fill("stripe")  # the default source
+    page.get_by_role("button", name="Filter").click()
+    assert page.locator("tbody tr").count() == 1
+    assert page.locator("tbody td.source").inner_text() == "stripe"
+    page.goto(f"{console}/events?type={kind}&source=stripe/connect")
+    page.get_by_role("link", name=connected["id"]).click()
+    assert page.locator("#event-source").inner_text() == "stripe/connect"
+    assert page.locator("#event-account").inner_text() == "acct_console"
+    assert page.locator("#event-livemode").inner_text() == "live"
+    page.goto(f"{console}/")
+    assert page.get_by_role("link", name="stripe/connect", exact=True).count() == 1
+
+
 def test_screenshots_of_the_overview_and_a_failed_event(
         page: Any, console: str, clean_db: Engine, tmp_path: Path) -> None:
     folder = Path(os.environ.get("CONSOLE_SCREENSHOTS") or tmp_path)
