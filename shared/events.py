@@ -232,6 +232,7 @@ class ProviderCounts:
     failed: int
     oldest_due_seconds: float | None  # age of the oldest due pending job (paused or not)
     paused: bool = False  # the provider as a whole or this source
+    provider_paused: bool = False  # the provider as a whole (`webhooks pause stripe`)
     source: str = ""  # the source's name (the provider's for its default source)
 
     @property
@@ -272,6 +273,7 @@ def overview(conn: Connection, configured: Iterable[Key] = ()) -> list[ProviderC
         failed=by_status.get((pr, so, JobStatus.FAILED), 0),
         oldest_due_seconds=float(oldest[pr, so]) if (pr, so) in oldest else None,
         paused=bool(pauses & {(pr, ALL_SOURCES), (pr, so)}),
+        provider_paused=(pr, ALL_SOURCES) in pauses,
     ) for pr, so in keys]
 
 

@@ -31,7 +31,7 @@ from shared import hooks, sources
 from shared.errors import DatabaseUnavailable
 from shared.events import MAX_ROW_ID
 from shared.models import EmailStatus, JobStatus
-from webhooks.console import emails, events, overview
+from webhooks.console import emails, events, overview, pauses
 from webhooks.console.auth import TOKEN_FIELD, Guard, challenge, too_many_failures
 from webhooks.console.settings import ConsoleSettings
 from webhooks.console.state import Console
@@ -82,6 +82,7 @@ def create_blueprint(engine: Engine, settings: ConsoleSettings, *,
         blueprint.add_app_template_filter(template_filter, f"console_{template_filter.__name__}")
     blueprint.add_app_template_filter(sources.label, "console_source")
     overview.register(blueprint)
+    pauses.register(blueprint)
     events.register(blueprint)
     emails.register(blueprint)
     return blueprint
