@@ -18,6 +18,7 @@ from shared.terminal import visible
 
 EVENT_COLUMNS = ("status", "attempts", "age", "source", "account", "type", "event id",
                  "last error")
+ACCOUNT = "account"
 NO_JOB = "-"  # an event whose job is gone
 
 
@@ -56,14 +57,14 @@ MIN_ERROR = 20  # characters of the last error shown however narrow the terminal
 
 def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
     """Columns padded to their widest cell, never cut; the last error takes what is left
-    of `width` (at least MIN_ERROR characters), on one line, cut with an ellipsis."""
-    cells = [[status(row), str(row.attempts), age(now - row.received_at),
-              visible(sources.label(row.provider, row.source)), visible(row.account or ""),
-              visible(row.event_type), visible(row.event_id),
-              visible(one_line(row.last_error))]
-             for row in rows]
-    table = [list(EVENT_COLUMNS), *cells]
-    widths = [max(len(line[i]) for line in table) for i in range(len(EVENT_COLUMNS) - 1)]
+    of `width` (at least MIN_ERROR characters), on one line, cut with an ellipsis. The
+    account column only when a row has an account (Stripe Connect)."""
+    rows = list(rows)
+    columns = [c for c in EVENT_COLUMNS if c != ACCOUNT or any(r.account for r in rows)]
+    table = [columns, *([cell for column, cell in zip(EVENT_COLUMNS, _cells(row, now),
+                                                       strict=True) if column in columns]
+                        for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns) - 1)]
     lines = []
     for line in table:
         head = "  ".join(cell.rjust(w) if i == 1 else cell.ljust(w)
@@ -71,6 +72,12 @@ def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
         room = max(width - len(head) - 2, MIN_ERROR)
         lines.append(f"{head}  {cut(line[-1], room)}".rstrip())
     return "\n".join(lines)
+
+
+def _cells(row: EventRow, now: datetime) -> list[str]:
+    return [status(row), str(row.attempts), age(now - row.received_at),
+            visible(sources.label(row.provider, row.source)), visible(row.account or ""),
+            visible(row.event_type), visible(row.event_id), visible(one_line(row.last_error))]
 
 
 def status(row: EventRow) -> str:
