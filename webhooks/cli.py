@@ -101,12 +101,14 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 def source_of(settings: Settings, text: str, *, whole: bool = True) -> tuple[str, str | None]:
     """PROVIDER (whole: every source of it, name None) or PROVIDER/SOURCE, checked against
-    the registry (Settings.sources): anything else is bad usage, exit 2 with one line."""
-    provider, _, name = text.partition("/")
-    if not name and whole and provider in PROVIDERS:
+    the registry (Settings.sources): anything else is bad usage, exit 2 with one line.
+    `stripe/stripe` names the default source alone (`pause stripe/stripe` holds it, not
+    the named ones)."""
+    provider, slash, name = text.partition("/")
+    if not slash and whole and provider in PROVIDERS:
         return provider, None
-    found = settings.sources.get(provider, name or None)
-    if found is None or (name and found.default):
+    found = settings.sources.get(provider, name or None) if name or not slash else None
+    if found is None:
         known = ", ".join(sorted(source.label for source in settings.sources))
         fail(f"{text!r} is not a configured source (configured: {known or 'none'})", 2)
     return found.provider, found.name

@@ -67,7 +67,8 @@ def test_the_commands_choose_among_the_registrys_providers_and_sources() -> None
         {(provider, None) for provider in PROVIDERS}
     assert [source_of(settings, source.label, whole=False) for source in settings.sources] == \
         [(source.provider, source.name) for source in settings.sources]
-    for unknown in ("nope", "stripe/eu", "stripe/stripe", "paddle/connect"):
+    assert source_of(settings, "stripe/stripe") == ("stripe", "stripe")  # the default alone
+    for unknown in ("nope", "stripe/eu", "stripe/", "paddle/connect"):
         with pytest.raises(SystemExit) as exited:
             source_of(settings, unknown)
         assert exited.value.code == 2
