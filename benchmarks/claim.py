@@ -1,10 +1,11 @@
-"""`python -m benchmarks.claim`: what the paused-provider filter costs the worker's claim.
+"""`python -m benchmarks.claim`: what the paused-source filter costs the worker's claim.
 
 On a throwaway database: N pending jobs of a provider received first (the oldest, at the
 head of the claim's order) and N of another. Times queries.JobClaimDue (claim 50, in a
 transaction rolled back each time, so every claim sees the same rows) as the claim was
-before the filter, with the filter and nothing paused, and with the first provider paused
-(its N jobs are then skipped by every claim). Prints p50/p99 in ms and the ratios.
+before the filter, with the filter and nothing paused, with the first provider's source
+paused alone, and with the first provider paused as a whole (its N jobs are then skipped
+by every claim). Prints p50/p99 in ms and the ratios.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 from benchmarks import stack
 from shared import queries
 from shared.db import driver_sql
+from shared.models import ALL_SOURCES
 
 # The claim as it was before pausing existed: the same statement without the filter.
 UNFILTERED = sa.text(str(queries.JobClaimDue.text).replace(
@@ -81,17 +83,19 @@ def main() -> None:
         results = {"before (no filter)": summary(time_claims(engine, UNFILTERED, args.rounds)),
                    "filter, none paused": summary(time_claims(engine, queries.JobClaimDue,
                                                               args.rounds))}
-        with engine.begin() as conn:
-            conn.execute(queries.ProviderPause, {"provider": "stripe"})
-        results[f"filter, {args.jobs:,} oldest paused"] = summary(
-            time_claims(engine, queries.JobClaimDue, args.rounds))
+        for label, source in (("source", "stripe"), ("provider", ALL_SOURCES)):
+            with engine.begin() as conn:
+                conn.execute(sa.text("DELETE FROM paused_providers"))
+                conn.execute(queries.ProviderPause, {"provider": "stripe", "source": source})
+            results[f"filter, {args.jobs:,} oldest's {label} paused"] = summary(
+                time_claims(engine, queries.JobClaimDue, args.rounds))
     finally:
         engine.dispose()
         stack.drop(args.admin_url, name)
     base = results["before (no filter)"]["p50_ms"]
     print(f"claim of 50 over {2 * args.jobs:,} pending jobs, {args.rounds} claims each:")
     for label, figures in results.items():
-        print(f"  {label:<32} p50 {figures['p50_ms']:8.3f} ms  p99 {figures['p99_ms']:8.3f} ms"
+        print(f"  {label:<40} p50 {figures['p50_ms']:8.3f} ms  p99 {figures['p99_ms']:8.3f} ms"
               f"  x{figures['p50_ms'] / base:.2f}")
 
 

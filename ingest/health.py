@@ -12,8 +12,9 @@ from typing import Any
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
-from shared import metrics, providers, queries
+from shared import metrics, pausing, providers, queries
 from shared.models import EmailStatus, JobStatus
+from shared.sources import Source
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("health", __name__)
@@ -36,7 +37,8 @@ def readyz() -> tuple[Response, int]:
 
 @blueprint.get("/metrics")
 def metrics_text() -> Response:
-    _database_gauges().refresh(current_app.extensions["engine"])
+    _database_gauges().refresh(current_app.extensions["engine"],
+                               list(current_app.extensions["sources"].values()))
     settings = current_app.extensions["settings"]
     body, content_type = metrics.render(settings.prometheus_multiproc_dir)
     return Response(body, content_type=content_type)
@@ -57,7 +59,7 @@ class DatabaseGauges:
         self._lock = threading.Lock()
         self._read_at = -math.inf
 
-    def refresh(self, engine: sa.Engine) -> None:
+    def refresh(self, engine: sa.Engine, configured: Sequence[Source]) -> None:
         with self._lock:
             if time.monotonic() - self._read_at < CACHE_SECONDS:
                 return
@@ -65,7 +67,7 @@ class DatabaseGauges:
             self._read_at = time.monotonic()
             try:
                 with engine.connect() as conn:
-                    _read_gauges(conn)
+                    _read_gauges(conn, configured)
             except sa.exc.SQLAlchemyError:
                 log.warning("metrics: the database could not be read", exc_info=True)
 
@@ -76,7 +78,20 @@ def _database_gauges() -> DatabaseGauges:
     return gauges
 
 
-def _read_gauges(conn: sa.Connection) -> None:
+def _source_keys(configured: Sequence[Source]) -> set[tuple[str, str]]:
+    """(provider, source) of every configured source (the registry bounds the label
+    values) and of every provider's default source, configured or not, as before sources."""
+    return ({(source.provider, source.name) for source in configured}
+            | {(provider, provider) for provider in providers.PROVIDERS})
+
+
+def _set_paused(pauses: list[pausing.Pause], keys: set[tuple[str, str]]) -> None:
+    for provider, source in sorted(keys):
+        metrics.provider_paused.labels(provider, source).set(
+            1 if pausing.is_paused(pauses, provider, source) else 0)
+
+
+def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
     """Queue depth, jobs, emails, the oldest due job, paused providers, reconciliation,
     failovers and the last audit, read from the tables (the truth). Every statement uses
     an index or the statistics except the exact counts, which run only while the tables
@@ -84,13 +99,14 @@ def _read_gauges(conn: sa.Connection) -> None:
     jobs_due = conn.execute(queries.JobCountDue).scalar_one()
     emails_due = conn.execute(queries.OutboxCountDue).scalar_one()
     reconciliation = conn.execute(queries.ReconcileRunState).all()
-    paused = set(conn.execute(queries.ProviderListPaused).scalars())
+    pauses = pausing.paused(conn)
     failovers = conn.execute(queries.MetricsFailovers).scalar_one()
     rows = {row.relname: float(row.reltuples)
             for row in conn.execute(queries.MetricsTableEstimates)}
     job_counts = _job_counts(conn, rows.get("jobs", -1.0))
     email_counts = _email_counts(conn, rows.get("outbox", -1.0))
-    oldest = {row.provider: float(row.age) for row in conn.execute(queries.MetricsOldestDue)}
+    oldest = {(row.provider, row.source): float(row.age)
+              for row in conn.execute(queries.MetricsOldestDue)}
     audited = conn.execute(queries.AuditResultsRead).all()
 
     metrics.database_failovers.set(failovers)
@@ -100,11 +116,12 @@ def _read_gauges(conn: sa.Connection) -> None:
     for provider in sorted(known):
         for status in STATUSES:
             metrics.jobs.labels(provider, status).set(job_counts.get((provider, status), 0))
-        metrics.oldest_due_job_age.labels(provider).set(max(oldest.get(provider, 0.0), 0.0))
     for status in EMAIL_STATUSES:
         metrics.emails.labels(status).set(email_counts.get(status, 0))
-    for provider in providers.PROVIDERS:
-        metrics.provider_paused.labels(provider).set(1 if provider in paused else 0)
+    keys = _source_keys(configured) | set(oldest)
+    for key in sorted(keys):
+        metrics.oldest_due_job_age.labels(*key).set(max(oldest.get(key, 0.0), 0.0))
+    _set_paused(pauses, keys)
     for row in reconciliation:
         metrics.reconcile_runs.labels(row.provider).set(row.runs)
         metrics.reconcile_failures.labels(row.provider).set(row.failures)

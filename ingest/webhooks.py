@@ -45,13 +45,13 @@ RETRY_AFTER_SECONDS = "5"
 @blueprint.post(f"{PATH_PREFIX}<provider>/<source>")
 def receive(provider: str, source: str | None = None) -> tuple[Response, int] | Response:
     started = time.perf_counter()
-    label = _label(provider)
     path = provider if source is None else f"{provider}/{source}"
+    labels = _labels(current_app, provider, path)
     try:
         found = _check_before_body(current_app, provider, path, request.remote_addr,
                                    request.content_length)
         body, delivery = _verified_delivery(found)
-        _count_secret(provider, delivery)
+        _count_secret(found, delivery)
         if delivery.reply is not None:
             return jsonify(delivery.reply)
         recorded = record_event(current_app.extensions["engine"], provider,
@@ -59,19 +59,19 @@ def receive(provider: str, source: str | None = None) -> tuple[Response, int] | 
                                 trace_context=tracing.traceparent(),
                                 origin=Origin(found.name, delivery.account, delivery.livemode))
     except RejectedDelivery as error:
-        _count_rejected(label, error, request.remote_addr)
+        _count_rejected(labels, error, request.remote_addr)
         response = jsonify({"error": str(error)})
         if error.status in (403, 413):  # the body was left unread
             close_connection(response)
         return response, error.status
     except DatabaseUnavailable as error:
-        metrics.deliveries_rejected.labels(label, "database").inc()
-        log.error("database unavailable, answered 503", extra={"provider": label,
+        metrics.deliveries_rejected.labels(*labels, "database").inc()
+        log.error("database unavailable, answered 503", extra={"provider": labels[0],
                                                               "error": str(error)})
         response = jsonify({"error": "database unavailable"})
         response.headers["Retry-After"] = RETRY_AFTER_SECONDS
         return response, 503
-    _after_commit(provider, delivery, recorded)
+    _after_commit(found, delivery, recorded)
     if tracing.enabled():
         tracing.annotate({"webhooks.provider": provider, "webhooks.event_id": delivery.event_id,
                           "webhooks.event_type": delivery.event_type,
@@ -87,8 +87,11 @@ def count_unexpected_refusal(error: BaseException) -> None:
     anything else reason="internal"."""
     if request.blueprint != blueprint.name:
         return
-    provider = (request.view_args or {}).get("provider") or ""
-    metrics.deliveries_rejected.labels(_label(provider), _refusal_reason(error)).inc()
+    args = request.view_args or {}
+    provider = args.get("provider") or ""
+    path = f"{provider}/{args['source']}" if args.get("source") else provider
+    metrics.deliveries_rejected.labels(*_labels(current_app, provider, path),
+                                       _refusal_reason(error)).inc()
 
 
 def _refusal_reason(error: BaseException | None) -> str:
@@ -126,7 +129,7 @@ def refusal(app: Flask, environ: dict[str, Any]) -> tuple[int, dict[str, str]] |
     except ValueError:
         return None  # a malformed Content-Length: werkzeug answers it as the app would
     except RejectedDelivery as error:
-        _count_rejected(_label(provider), error, address)
+        _count_rejected(_labels(app, provider, path), error, address)
         return error.status, {"error": str(error)}
     return None
 
@@ -136,12 +139,16 @@ def count_rejected(app: Flask, environ: dict[str, Any], error: RejectedDelivery)
     logged as the route counts its own refusals; nothing for other paths."""
     target = provider_of(environ.get("PATH_INFO", ""))
     if target is not None:
-        _count_rejected(_label(target[0]), error, app.extensions["client_address"](environ))
+        _count_rejected(_labels(app, *target), error, app.extensions["client_address"](environ))
 
 
-def _label(provider: str) -> str:
-    """The metric label of a provider named in a path: only known ones, else "unknown"."""
-    return provider if provider in providers.PROVIDERS else "unknown"
+def _labels(app: Flask, provider: str, path: str) -> tuple[str, str]:
+    """The metric labels (provider, source) of a path: only known providers and configured
+    sources (the registry bounds them; a source is named by its name, the provider's for
+    its default source), else "unknown": a scanner's paths add no series."""
+    found: Source | None = app.extensions["sources"].get(path)
+    return (provider if provider in providers.PROVIDERS else "unknown",
+            found.name if found else "unknown")
 
 
 def _check_before_body(app: Flask, provider: str, path: str, address: str | None,
@@ -163,18 +170,20 @@ def _check_before_body(app: Flask, provider: str, path: str, address: str | None
     return found
 
 
-def _count_rejected(label: str, error: RejectedDelivery, address: str | None) -> None:
-    metrics.deliveries_rejected.labels(label, error.reason).inc()
-    log.info("delivery rejected", extra={"provider": label, "reason": str(error),
-                                         "address": address})
+def _count_rejected(labels: tuple[str, str], error: RejectedDelivery,
+                    address: str | None) -> None:
+    metrics.deliveries_rejected.labels(*labels, error.reason).inc()
+    log.info("delivery rejected", extra={"provider": labels[0], "source": labels[1],
+                                         "reason": str(error), "address": address})
 
 
-def _count_secret(provider: str, delivery: Delivery) -> None:
-    """Which secret verified it, by 1-based position (never the secret): during a rotation,
-    the old one's count falling to zero says it can be removed."""
+def _count_secret(source: Source, delivery: Delivery) -> None:
+    """Which of the source's secrets verified it, by 1-based position (never the secret):
+    during a rotation, the old one's count falling to zero says it can be removed."""
     position = str(delivery.secret_index + 1)
-    metrics.signature_verified.labels(provider, position).inc()
-    log.debug("signature verified", extra={"provider": provider, "secret_position": position,
+    metrics.signature_verified.labels(source.provider, source.name, position).inc()
+    log.debug("signature verified", extra={"provider": source.provider, "source": source.name,
+                                           "secret_position": position,
                                            "event_id": delivery.event_id})
 
 
@@ -223,14 +232,14 @@ def close_connection(response: Response) -> None:
     response.headers["Connection"] = "close"
 
 
-def _after_commit(provider: str, delivery: Delivery, recorded: Recorded) -> None:
-    context: dict[str, Any] = {"provider": provider, "event_id": delivery.event_id,
-                               "job_id": recorded.job_id}
+def _after_commit(source: Source, delivery: Delivery, recorded: Recorded) -> None:
+    context: dict[str, Any] = {"provider": source.provider, "source": source.name,
+                               "event_id": delivery.event_id, "job_id": recorded.job_id}
     if recorded.duplicate:
-        metrics.deliveries_duplicate.labels(provider).inc()
+        metrics.deliveries_duplicate.labels(source.provider, source.name).inc()
         log.info("duplicate delivery", extra={**context, "status": recorded.status})
         return
-    metrics.deliveries_received.labels(provider).inc()
+    metrics.deliveries_received.labels(source.provider, source.name).inc()
     log.info("event recorded", extra={**context, "event_type": delivery.event_type})
     if recorded.job_id is not None:
         current_app.extensions["waker"].wake(recorded.job_id)

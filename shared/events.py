@@ -12,6 +12,7 @@ index is not used.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,8 +20,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from shared import hooks, payloads
+from shared import hooks, payloads, sources
 from shared.models import (
+    ALL_SOURCES,
     SEARCH_PAYLOAD_BYTES,
     SEARCH_PREFIX_CHARS,
     EmailStatus,
@@ -56,6 +58,7 @@ class EventFilter:
     since: datetime | None = None
     until: datetime | None = None
     search: str | None = None
+    source: str | None = None  # a source's name, with its provider (`--source stripe/connect`)
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,9 @@ class EventRow:
     status: str | None  # None: the job was pruned (never: retention deletes both)
     attempts: int
     last_error: str | None
-    paused: bool = False  # its provider is paused (`webhooks pause`): a pending job waits
+    paused: bool = False  # its source is paused (`webhooks pause`): a pending job waits
+    source: str = ""  # the source that delivered or reconciled it first
+    account: str | None = None  # Stripe's connected account
 
 
 @dataclass(frozen=True)
@@ -101,20 +106,29 @@ class Page:
 
 
 def _listing() -> sa.Select[Any]:
-    e, j, p = webhook_events.c, jobs.c, paused_providers.c
+    e, j = webhook_events.c, jobs.c
     return sa.select(
         e.id, e.provider, e.event_id, e.event_type, e.received_at, j.id.label("job_id"),
         j.status, sa.func.coalesce(j.attempts, 0).label("attempts"), j.last_error,
-        p.provider.is_not(None).label("paused"),
+        _paused(e.provider, e.source).label("paused"), e.source, e.account,
     ).select_from(webhook_events.outerjoin(
         jobs, sa.and_(j.provider == e.provider, j.source == e.source, j.event_id == e.event_id),
-    ).outerjoin(paused_providers, p.provider == e.provider))
+    ))
+
+
+def _paused(provider: sa.ColumnElement[str], source: sa.ColumnElement[str],
+            ) -> sa.ColumnElement[bool]:
+    """Whether the provider or the source is paused: queries.DUE's test, on its primary key."""
+    p = paused_providers.c
+    return sa.exists().where(p.provider == provider, p.source.in_([ALL_SOURCES, source]))
 
 
 def _where(query: sa.Select[Any], spec: EventFilter) -> sa.Select[Any]:
     e, j = webhook_events.c, jobs.c
     if spec.provider:
         query = query.where(e.provider == spec.provider)
+    if spec.source:
+        query = query.where(e.source == spec.source)
     if spec.event_type:
         query = query.where(e.event_type == spec.event_type)
     if spec.status:
@@ -217,35 +231,54 @@ class ProviderCounts:
     done: int
     failed: int
     oldest_due_seconds: float | None  # age of the oldest due pending job (paused or not)
-    paused: bool = False
+    paused: bool = False  # the provider as a whole or this source
+    provider_paused: bool = False  # the provider as a whole (`webhooks pause stripe`)
+    source: str = ""  # the source's name (the provider's for its default source)
+
+    @property
+    def label(self) -> str:
+        """`stripe`, `stripe/connect`: as commands name the source."""
+        return sources.label(self.provider, self.source)
 
 
-def overview(conn: Connection) -> list[ProviderCounts]:
-    """Per provider: events received, duplicates, jobs by status, oldest due job's age,
-    paused or not (a paused provider is listed even before its first event)."""
-    e, j, d = webhook_events.c, jobs.c, webhook_duplicates.c
-    received: dict[str, int] = dict(conn.execute(
-        sa.select(e.provider, sa.func.count()).group_by(e.provider)).all())
-    duplicates: dict[str, int] = dict(conn.execute(
-        sa.select(d.provider, sa.func.count()).group_by(d.provider)).all())
-    by_status: dict[tuple[str, str], int] = {
-        (row.provider, row.status): row.n for row in conn.execute(
-            sa.select(j.provider, j.status, sa.func.count().label("n"))
-            .group_by(j.provider, j.status))}
-    oldest: dict[str, Any] = dict(conn.execute(
-        sa.select(j.provider, sa.func.extract("epoch", sa.func.now() - sa.func.min(j.run_at)))
+Key = tuple[str, str]  # (provider, source)
+
+
+def overview(conn: Connection, configured: Iterable[Key] = ()) -> list[ProviderCounts]:
+    """Per source: events received, duplicates, jobs by status, oldest due job's age,
+    paused or not. Listed: the configured sources, those with rows, and the paused ones
+    (a paused provider's default source stands for it), even before their first event."""
+    e, j, d, p = webhook_events.c, jobs.c, webhook_duplicates.c, paused_providers.c
+    received = _by_key(conn, sa.select(e.provider, e.source, sa.func.count())
+                       .group_by(e.provider, e.source))
+    duplicates = _by_key(conn, sa.select(d.provider, d.source, sa.func.count())
+                         .group_by(d.provider, d.source))
+    by_status: dict[tuple[str, str, str], int] = {
+        (row.provider, row.source, row.status): row.n for row in conn.execute(
+            sa.select(j.provider, j.source, j.status, sa.func.count().label("n"))
+            .group_by(j.provider, j.source, j.status))}
+    oldest = _by_key(conn, sa.select(
+        j.provider, j.source, sa.func.extract("epoch", sa.func.now() - sa.func.min(j.run_at)))
         .where(j.status == str(JobStatus.PENDING), j.run_at <= sa.func.now())
-        .group_by(j.provider)).all())
-    paused = set(conn.execute(sa.select(paused_providers.c.provider)).scalars())
-    providers = sorted(set(received) | set(duplicates) | {p for p, _ in by_status} | paused)
+        .group_by(j.provider, j.source))
+    pauses = {(row.provider, row.source) for row in conn.execute(sa.select(p.provider, p.source))}
+    keys = sorted(set(received) | set(duplicates) | {(pr, so) for pr, so, _ in by_status}
+                  | set(configured) | {(pr, pr if so == ALL_SOURCES else so)
+                                       for pr, so in pauses})
     return [ProviderCounts(
-        provider=p, received=received.get(p, 0), duplicates=duplicates.get(p, 0),
-        pending=by_status.get((p, JobStatus.PENDING), 0),
-        done=by_status.get((p, JobStatus.DONE), 0),
-        failed=by_status.get((p, JobStatus.FAILED), 0),
-        oldest_due_seconds=float(oldest[p]) if p in oldest else None,
-        paused=p in paused,
-    ) for p in providers]
+        provider=pr, source=so, received=int(received.get((pr, so), 0)),
+        duplicates=int(duplicates.get((pr, so), 0)),
+        pending=by_status.get((pr, so, JobStatus.PENDING), 0),
+        done=by_status.get((pr, so, JobStatus.DONE), 0),
+        failed=by_status.get((pr, so, JobStatus.FAILED), 0),
+        oldest_due_seconds=float(oldest[pr, so]) if (pr, so) in oldest else None,
+        paused=bool(pauses & {(pr, ALL_SOURCES), (pr, so)}),
+        provider_paused=(pr, ALL_SOURCES) in pauses,
+    ) for pr, so in keys]
+
+
+def _by_key(conn: Connection, query: sa.Select[Any]) -> dict[Key, Any]:
+    return {(row[0], row[1]): row[2] for row in conn.execute(query)}
 
 
 def events_per_hour(conn: Connection, hours: int = 24) -> list[tuple[datetime, int]]:

@@ -19,24 +19,27 @@ from prometheus_client import (
     multiprocess,
 )
 
+# The ingest's counters carry `source`, the source's name (the provider's for its default
+# source): its values are the configured sources (shared/sources.py) and "unknown", so a
+# path nobody configured adds no series.
 deliveries_received = Counter(
     "webhooks_deliveries_received_total", "Verified deliveries recorded (new events).",
-    ["provider"],
+    ["provider", "source"],
 )
 deliveries_duplicate = Counter(
     "webhooks_deliveries_duplicate_total", "Verified deliveries of an event seen before.",
-    ["provider"],
+    ["provider", "source"],
 )
 deliveries_rejected = Counter(
     "webhooks_deliveries_rejected_total", "Deliveries answered 4xx or 503, by reason.",
-    ["provider", "reason"],
+    ["provider", "source", "reason"],
 )
 # Secret rotation: which configured secret verified each delivery, by its 1-based position
 # in the comma-separated variable (never the secret). The old secret is safe to remove once
 # its position stops counting for longer than the provider's retry window.
 signature_verified = Counter(
     "webhooks_signature_verified_total", "Deliveries whose signature verified, by the "
-    "position of the secret that verified it.", ["provider", "secret"],
+    "position of the secret that verified it.", ["provider", "source", "secret"],
 )
 ack_latency = Histogram(
     "webhooks_ack_latency_seconds", "Time from request start to acknowledgement.",
@@ -60,8 +63,9 @@ queue_depth = Gauge(
     multiprocess_mode="mostrecent",
 )
 provider_paused = Gauge(
-    "webhooks_provider_paused", "1 while the provider is paused (`webhooks pause`): its "
-    "deliveries are recorded, its jobs wait.", ["provider"], multiprocess_mode="mostrecent",
+    "webhooks_provider_paused", "1 while the source is paused (`webhooks pause PROVIDER` or "
+    "`PROVIDER/SOURCE`): its deliveries are recorded, its jobs wait.", ["provider", "source"],
+    multiprocess_mode="mostrecent",
 )
 # Reconciliation, read from the database at scrape time (the clock runs it; the web shows).
 reconcile_runs = Gauge(
@@ -116,8 +120,8 @@ emails = Gauge(
 )
 oldest_due_job_age = Gauge(
     "webhooks_oldest_due_job_age_seconds", "Seconds since the oldest due job (pending, its "
-    "run_at passed, provider not paused) became due; 0 with none. Exact.",
-    ["provider"], multiprocess_mode="mostrecent",
+    "run_at passed, its source not paused) became due, by source; 0 with none. Exact.",
+    ["provider", "source"], multiprocess_mode="mostrecent",
 )
 
 

@@ -102,6 +102,7 @@ def one_of(vocabulary: type[StrEnum], column: str = "status") -> str:
 
 
 NOW = text("now()")
+ALL_SOURCES = "*"  # paused_providers.source: the pause covers every source of the provider
 # What `webhooks events --search` and the console's search match: the event id and every
 # string and number in the payload, as words (full-text search, no stemming). A tsvector
 # holds at most 1 MB, and a payload of distinct words makes one about three times its
@@ -265,14 +266,16 @@ reconcile_runs = Table(
     PrimaryKeyConstraint("provider", "source"),
 )
 
-# Providers whose jobs no worker claims (`webhooks pause`): their deliveries are still
-# acknowledged and recorded; `webhooks resume` deletes the row and the jobs run.
+# Providers and sources whose jobs no worker claims (`webhooks pause`): their deliveries
+# are still acknowledged and recorded; `webhooks resume` deletes the row and the jobs run.
+# source '*' (ALL_SOURCES): every source of the provider, those configured later included.
 paused_providers = Table(
     "paused_providers",
     metadata,
     Column("provider", Text, nullable=False),
+    Column("source", Text, nullable=False, server_default=ALL_SOURCES),
     Column("paused_at", DateTime(timezone=True), nullable=False, server_default=NOW),
-    PrimaryKeyConstraint("provider"),
+    PrimaryKeyConstraint("provider", "source"),
 )
 
 # Every timeline the database server was seen writing on (shared/failover.py). The first

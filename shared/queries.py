@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import text
 
-from shared.models import EmailStatus, JobStatus, ReceivedVia
+from shared.models import ALL_SOURCES, EmailStatus, JobStatus, ReceivedVia
 
 PENDING, DONE, FAILED = JobStatus.PENDING, JobStatus.DONE, JobStatus.FAILED
 EMAIL_PENDING, SENT, EMAIL_FAILED = EmailStatus.PENDING, EmailStatus.SENT, EmailStatus.FAILED
@@ -100,11 +100,14 @@ class ClaimedJob(NamedTuple):
     livemode: bool | None  # Stripe's livemode, else None
 
 
-# Due: pending, its time come, and its provider not paused (`webhooks pause`). The claims
-# and the counts that wake workers use this one condition, so a paused provider's jobs are
-# neither claimed nor woken for (the claim's cost: benchmarks/claim.py).
+# Due: pending, its time come, and neither its provider nor its source paused (`webhooks
+# pause stripe`: a row with source '*'; `webhooks pause stripe/connect`: source 'connect').
+# The claims and the counts that wake workers use this one condition, so a paused source's
+# jobs are neither claimed nor woken for. One anti-join probing paused_providers' primary
+# key (provider, source) twice per job at most (the claim's cost: benchmarks/claim.py).
 DUE = f"""status = '{PENDING}' AND run_at <= now()
-        AND NOT EXISTS (SELECT 1 FROM paused_providers p WHERE p.provider = jobs.provider)"""
+        AND NOT EXISTS (SELECT 1 FROM paused_providers p WHERE p.provider = jobs.provider
+                        AND p.source IN ('{ALL_SOURCES}', jobs.source))"""
 
 # SKIP LOCKED: a job locked by another worker's open transaction is skipped, never waited
 # for; the lock is held until this transaction commits the job's effects and its `done`.
@@ -218,12 +221,12 @@ MetricsJobsProviderShares = text("""
     WHERE schemaname = current_schema() AND tablename = 'jobs' AND attname = 'provider'
 """)
 
-# Due jobs' oldest run_at per provider (the partial pending index; paused providers' jobs
-# are not due).
+# Due jobs' oldest run_at per source (the partial pending index; paused sources' jobs are
+# not due).
 MetricsOldestDue = text(f"""
-    SELECT provider, extract(epoch FROM now() - min(run_at)) AS age
+    SELECT provider, source, extract(epoch FROM now() - min(run_at)) AS age
     FROM jobs WHERE {DUE}
-    GROUP BY provider
+    GROUP BY provider, source
 """)
 
 # Pending and failed emails through their partial indexes. All three exactly in one scan
@@ -238,22 +241,29 @@ MetricsOutboxFailed = text(f"""
 
 # --- pause and resume -----------------------------------------------------------------
 
-# Idempotent: pausing a paused provider keeps its first paused_at. RETURNING: newly paused.
+# Idempotent: pausing a paused provider or source keeps its first paused_at. :source is
+# '*' for the whole provider. RETURNING: newly paused.
 ProviderPause = text("""
-    INSERT INTO paused_providers (provider) VALUES (:provider)
-    ON CONFLICT (provider) DO NOTHING
+    INSERT INTO paused_providers (provider, source) VALUES (:provider, :source)
+    ON CONFLICT (provider, source) DO NOTHING
     RETURNING paused_at
 """)
 
-ProviderResume = text("""
-    DELETE FROM paused_providers WHERE provider = :provider RETURNING paused_at
+# Resuming a provider ('*') resumes every source of it, each paused on its own included;
+# resuming one source deletes that source's pause only.
+ProviderResume = text(f"""
+    DELETE FROM paused_providers
+    WHERE provider = :provider AND (:source = '{ALL_SOURCES}' OR source = :source)
+    RETURNING paused_at
 """)
 
-ProviderListPaused = text("SELECT provider, paused_at FROM paused_providers ORDER BY provider")
+ProviderListPaused = text(
+    "SELECT provider, source, paused_at FROM paused_providers ORDER BY provider, source")
 
-# A resumed provider's due jobs, oldest first: the wake-ups to send after a resume.
+# A resumed provider's or source's due jobs: the wake-ups to send after a resume.
 JobCountDueOf = text(f"""
-    SELECT count(*) FROM jobs WHERE provider = :provider AND {DUE}
+    SELECT count(*) FROM jobs WHERE provider = :provider
+        AND (:source = '{ALL_SOURCES}' OR source = :source) AND {DUE}
 """)
 
 # Replay, step 1: the named jobs and their statuses, locked, so the refusal of a done job

@@ -81,7 +81,7 @@ class Source:
     def label(self) -> str:
         """`stripe` for the default source, `stripe/connect` for a named one: the path
         after /webhooks/, and how commands and logs name it."""
-        return self.provider if self.default else f"{self.provider}/{self.name}"
+        return label(self.provider, self.name)
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,11 @@ class Sources:
 
     def __iter__(self) -> Iterator[Source]:
         return iter(self.by_key.values())
+
+
+def label(provider: str, name: str) -> str:
+    """A source's label from its provider and name (a row's provider and source)."""
+    return provider if name in ("", provider) else f"{provider}/{name}"
 
 
 def dedup_by_source(provider: str) -> bool:

@@ -49,19 +49,21 @@ def stripe_signature(body: bytes, secret: str, timestamp: int | None = None) -> 
 
 
 def insert_event_and_job(engine: Engine, event: dict[str, Any], provider: str = "stripe",
-                         **job: Any) -> int:
-    """Insert an event row and its pending job directly (no broker message)."""
+                         source: str | None = None, **job: Any) -> int:
+    """Insert an event row and its pending job directly (no broker message); source None:
+    the provider's default source."""
+    key = {"p": provider, "s": source or provider, "e": event["id"],
+           "t": event.get("type", "unknown")}
     with engine.begin() as conn:
         conn.execute(
             sa.text("INSERT INTO webhook_events (provider, source, event_id, event_type, payload) "
-                    "VALUES (:p, :p, :e, :t, CAST(:payload AS jsonb))"),
-            {"p": provider, "e": event["id"], "t": event.get("type", "unknown"),
-             "payload": json.dumps(event)},
+                    "VALUES (:p, :s, :e, :t, CAST(:payload AS jsonb))"),
+            {**key, "payload": json.dumps(event)},
         )
         columns = ", ".join(["provider", "source", "event_id", "event_type", *job])
-        values = ", ".join([":p", ":p", ":e", ":t", *(f":{k}" for k in job)])
+        values = ", ".join([":p", ":s", ":e", ":t", *(f":{k}" for k in job)])
         job_id: int = conn.execute(
             sa.text(f"INSERT INTO jobs ({columns}) VALUES ({values}) RETURNING id"),
-            {"p": provider, "e": event["id"], "t": event.get("type", "unknown"), **job},
+            {**key, **job},
         ).scalar_one()
     return job_id

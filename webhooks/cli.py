@@ -100,6 +100,21 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
+def source_of(settings: Settings, text: str, *, whole: bool = True) -> tuple[str, str | None]:
+    """PROVIDER (whole: every source of it, name None) or PROVIDER/SOURCE, checked against
+    the registry (Settings.sources): anything else is bad usage, exit 2 with one line.
+    `stripe/stripe` names the default source alone (`pause stripe/stripe` holds it, not
+    the named ones)."""
+    provider, slash, name = text.partition("/")
+    if not slash and whole and provider in PROVIDERS:
+        return provider, None
+    found = settings.sources.get(provider, name or None) if name or not slash else None
+    if found is None:
+        known = ", ".join(sorted(source.label for source in settings.sources))
+        fail(f"{text!r} is not a configured source (configured: {known or 'none'})", 2)
+    return found.provider, found.name
+
+
 def _engine(settings: Settings) -> Engine:
     from shared import db
 
@@ -250,35 +265,48 @@ def dev() -> None:
 
 
 @main.command()
-@click.argument("provider", type=click.Choice(sorted(PROVIDERS)))
+@click.argument("target", metavar="PROVIDER[/SOURCE]")
 @click.argument("file", type=click.File("rb"))
-@click.option("--url", help="Default: the local ingest, http://127.0.0.1:$PORT/webhooks/PROVIDER.")
-@click.option("--secret", help="Default: the provider's secret variable, or the dev secret.")
+@click.option("--url", help="Default: the local ingest, "
+              "http://127.0.0.1:$PORT/webhooks/PROVIDER[/SOURCE].")
+@click.option("--secret", help="Default: the source's secret variable, or the dev secret.")
 @click.option("--repeat", type=click.IntRange(1), default=1, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1), default=1, show_default=True)
 @click.option("--header", "extra_headers", multiple=True, help="Extra 'Name: value' header.")
-def send(provider: str, file: Any, url: str | None, secret: str | None, repeat: int,
+def send(target: str, file: Any, url: str | None, secret: str | None, repeat: int,
          concurrency: int, extra_headers: tuple[str, ...]) -> None:
-    """Sign FILE with the provider's secret and POST it: a signed test delivery."""
+    """Sign FILE with the source's secret and POST it to the source's URL: a signed test
+    delivery (PROVIDER: its default source)."""
     settings = load_settings()
     from shared.providers import PROVIDERS as RECORDS
     from webhooks.dev import dev_secrets
     from webhooks.send import post, signed_headers
 
-    secret = secret or (settings.secrets_for(provider) or (None,))[0]
-    if secret is None:
+    provider, name = _sending_source(settings, target)
+    found = settings.sources.get(provider, name)
+    secret = secret or (found.secrets[0] if found and found.secrets else None)
+    if secret is None:  # the default source of a provider with no secret set: dev's
         secret = dev_secrets(settings.data_dir)[RECORDS[provider].SECRET_VARIABLE]
+    path = provider if name in (None, provider) else f"{provider}/{name}"
     body = file.read()
     headers = signed_headers(provider, body, secret)
     for raw in extra_headers:
         name, _, value = raw.partition(":")
         headers[name.strip()] = value.strip()
-    target = url or f"http://127.0.0.1:{settings.port}/webhooks/{provider}"
-    answers = post(target, body, headers, repeat, concurrency)
+    answers = post(url or f"http://127.0.0.1:{settings.port}/webhooks/{path}", body, headers,
+                   repeat, concurrency)
     for answer in answers:
         click.echo(f"{answer.status} {answer.body}")
     if any(not 200 <= answer.status < 300 for answer in answers):
         sys.exit(1)
+
+
+def _sending_source(settings: Settings, target: str) -> tuple[str, str | None]:
+    """A provider's default source even when it has no secret (dev's secret signs), or a
+    configured named source."""
+    if target in PROVIDERS:
+        return target, None
+    return source_of(settings, target, whole=False)
 
 
 # --- operators' commands ------------------------------------------------------------
@@ -357,13 +385,13 @@ def stats(days: int) -> None:
     click.echo(daily_stats.render(table))
     from shared import pausing
 
-    def read_paused() -> dict[str, datetime]:
+    def read_paused() -> list[pausing.Pause]:
         with _engine(settings).connect() as conn:
             return pausing.paused(conn)
 
-    for provider, since in _database(read_paused).items():
-        click.echo(f"paused: {provider} since {since:%Y-%m-%d %H:%M:%S %Z} "
-                   f"(`webhooks resume {provider}`)")
+    for paused in _database(read_paused):
+        click.echo(f"paused: {paused.label} since {paused.since:%Y-%m-%d %H:%M:%S %Z} "
+                   f"(`webhooks resume {paused.label}`)")
 
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -423,6 +451,8 @@ class Moment(click.ParamType):
 
 @main.command()
 @click.option("--provider", help=f"One provider ({', '.join(PROVIDERS)}).")
+@click.option("--source", "source", metavar="PROVIDER/SOURCE",
+              help="One configured source, e.g. stripe/connect (`stripe`: its default source).")
 @click.option("--type", "event_type", help="Event type, e.g. invoice.paid.")
 @click.option("--status", type=click.Choice([str(s) for s in JobStatus]),
               help="The job's status.")
@@ -432,16 +462,19 @@ class Moment(click.ParamType):
               help="An event id, or words anywhere in the payload (an email, an invoice id).")
 @click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def events(provider: str | None, event_type: str | None, status: str | None,
-           since: datetime | None, until: datetime | None, search: str | None, limit: int,
-           as_json: bool) -> None:
-    """Events newest first, with their job's status, attempts and last error."""
+def events(provider: str | None, source: str | None, event_type: str | None,
+           status: str | None, since: datetime | None, until: datetime | None,
+           search: str | None, limit: int, as_json: bool) -> None:
+    """Events newest first, with their source, job's status, attempts and last error."""
     settings = local_settings()
     from shared.events import EventFilter
     from webhooks import tables
 
+    name = None
+    if source is not None:
+        provider, name = source_of(settings, source, whole=False)
     spec = EventFilter(provider, event_type, JobStatus(status) if status else None, since,
-                       until, search)
+                       until, search, source=name)
     rows, more = _database(lambda: _list_events(_engine(settings), spec, limit))
     if as_json:
         for row in rows:
@@ -545,36 +578,23 @@ def console(host: str | None) -> None:
         fail(str(error), code=2)
 
 
-class SourceLabel(click.ParamType):
-    """PROVIDER or PROVIDER/SOURCE, PROVIDER one of `providers`: (provider, source or None).
-    An unknown provider is a usage error (exit 2); the source is looked up by the command."""
-
-    name = "provider[/source]"
-
-    def __init__(self, providers: tuple[str, ...]) -> None:
-        self.providers = providers
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> tuple[str, str | None]:
-        provider, _, source = str(value).partition("/")
-        if provider not in self.providers:
-            self.fail(f"{provider!r} is not one of {', '.join(self.providers)}", param, ctx)
-        return provider, source or None
-
-
 @main.command()
-@click.argument("target", metavar="PROVIDER[/SOURCE]", type=SourceLabel(RECONCILED))
+@click.argument("target", metavar="PROVIDER[/SOURCE]")
 @click.option("--since", type=Moment(), default=None,
               help="List the provider's events from this time (default: 72 hours ago).")
 @click.option("--dry-run", is_flag=True, help="List what would be recorded; record nothing.")
-def reconcile(target: tuple[str, str | None], since: datetime | None, dry_run: bool) -> None:
+def reconcile(target: str, since: datetime | None, dry_run: bool) -> None:
     """Record the events that were never delivered (through the provider's API), each
     exactly as a delivery would be, and wake the workers. PROVIDER/SOURCE reconciles one
     source with its credentials; PROVIDER each of its sources that has credentials."""
     settings = local_settings()
     from shared import db, reconciliation, wakeups
 
-    chosen = _reconciled_sources(settings, *target)
+    provider, name = source_of(settings, target)
+    if provider not in RECONCILED:
+        fail(f"{provider!r} has no event API to reconcile from (one of "
+             f"{', '.join(RECONCILED)})", 2)
+    chosen = _reconciled_sources(settings, provider, name)
     start = since or datetime.now(UTC) - reconciliation.DEFAULT_LOOKBACK
     engine = db.create_engine(settings, pool_size=1, autocommit=True)
     broker = wakeups.create_broker(settings) if settings.broker_url else None
@@ -624,28 +644,33 @@ def _reconciled_sources(settings: Settings, provider: str, name: str | None) -> 
 
 
 @main.command()
-@click.argument("provider", type=click.Choice(sorted(PROVIDERS)))
-def pause(provider: str) -> None:
-    """Keep acknowledging and recording PROVIDER's deliveries, but run none of its jobs
-    until `webhooks resume PROVIDER` (every worker stops within a second)."""
+@click.argument("target", metavar="PROVIDER[/SOURCE]")
+def pause(target: str) -> None:
+    """Keep acknowledging and recording the deliveries of PROVIDER (every source of it) or
+    of one source, but run none of their jobs until `webhooks resume` (every worker stops
+    within a second)."""
     settings = local_settings()
     from shared import pausing
 
-    newly = _database(lambda: pausing.pause(_engine(settings), provider))
-    click.echo(f"{provider} {'paused' if newly else 'was already paused'}: its deliveries "
-               f"are recorded, its jobs wait for `webhooks resume {provider}`")
+    provider, name = source_of(settings, target)
+    newly = _database(lambda: pausing.pause(_engine(settings), provider, name))
+    click.echo(f"{target} {'paused' if newly else 'was already paused'}: its deliveries "
+               f"are recorded, its jobs wait for `webhooks resume {target}`")
 
 
 @main.command()
-@click.argument("provider", type=click.Choice(sorted(PROVIDERS)))
-def resume(provider: str) -> None:
-    """Run PROVIDER's jobs again, oldest first."""
+@click.argument("target", metavar="PROVIDER[/SOURCE]")
+def resume(target: str) -> None:
+    """Run the jobs of PROVIDER (every source of it, each paused on its own included) or of
+    one source again, oldest first. A source stays paused while its provider is."""
     settings = local_settings()
     from shared import pausing
 
-    due = _database(lambda: pausing.resume(_engine(settings), provider))
+    provider, name = source_of(settings, target)
+    due = _database(lambda: pausing.resume(_engine(settings), provider, name))
     if due is None:
-        click.echo(f"{provider} was not paused")
+        click.echo(f"{target} was not paused" + (
+            f" on its own (`webhooks resume {provider}` resumes every source)" if name else ""))
         return
     _wake(settings, due=due)
-    click.echo(f"{provider} resumed: {due} due job(s) run, oldest first")
+    click.echo(f"{target} resumed: {due} due job(s) run, oldest first")

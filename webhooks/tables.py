@@ -11,11 +11,14 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from shared import sources
 from shared.events import EventDetail, EventRow
 from shared.hooks import Section, Violation
 from shared.terminal import visible
 
-EVENT_COLUMNS = ("status", "attempts", "age", "provider", "type", "event id", "last error")
+EVENT_COLUMNS = ("status", "attempts", "age", "source", "account", "type", "event id",
+                 "last error")
+ACCOUNT = "account"
 NO_JOB = "-"  # an event whose job is gone
 
 
@@ -54,13 +57,14 @@ MIN_ERROR = 20  # characters of the last error shown however narrow the terminal
 
 def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
     """Columns padded to their widest cell, never cut; the last error takes what is left
-    of `width` (at least MIN_ERROR characters), on one line, cut with an ellipsis."""
-    cells = [[status(row), str(row.attempts), age(now - row.received_at),
-              visible(row.provider), visible(row.event_type), visible(row.event_id),
-              visible(one_line(row.last_error))]
-             for row in rows]
-    table = [list(EVENT_COLUMNS), *cells]
-    widths = [max(len(line[i]) for line in table) for i in range(len(EVENT_COLUMNS) - 1)]
+    of `width` (at least MIN_ERROR characters), on one line, cut with an ellipsis. The
+    account column only when a row has an account (Stripe Connect)."""
+    rows = list(rows)
+    columns = [c for c in EVENT_COLUMNS if c != ACCOUNT or any(r.account for r in rows)]
+    table = [columns, *([cell for column, cell in zip(EVENT_COLUMNS, _cells(row, now),
+                                                       strict=True) if column in columns]
+                        for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns) - 1)]
     lines = []
     for line in table:
         head = "  ".join(cell.rjust(w) if i == 1 else cell.ljust(w)
@@ -70,8 +74,14 @@ def events_table(rows: Iterable[EventRow], now: datetime, width: int) -> str:
     return "\n".join(lines)
 
 
+def _cells(row: EventRow, now: datetime) -> list[str]:
+    return [status(row), str(row.attempts), age(now - row.received_at),
+            visible(sources.label(row.provider, row.source)), visible(row.account or ""),
+            visible(row.event_type), visible(row.event_id), visible(one_line(row.last_error))]
+
+
 def status(row: EventRow) -> str:
-    """The job's status; a pending job of a paused provider says so."""
+    """The job's status; a pending job of a paused provider or source says so."""
     if row.status is None:
         return NO_JOB
     return f"{row.status} (paused)" if row.paused and row.status == "pending" else row.status
@@ -110,6 +120,7 @@ def detail_text(detail: EventDetail) -> str:
     """An event for a terminal: what it is, its job, its effects, then its payload."""
     event, job = detail.event, detail.job
     lines = [f"event         {event['provider']} {event['event_id']} ({event['event_type']})",
+             f"source        {_source_line(event)}",
              f"received      {_time(event['received_at'])}; duplicates: {detail.duplicates}"]
     lines += _job_lines(job)
     for section in detail.effects:
@@ -128,6 +139,15 @@ def detail_text(detail: EventDetail) -> str:
     # Every line's data with its control characters escaped: no line of it drives the
     # terminal or starts a line of its own.
     return "\n".join(visible(line) for line in lines)
+
+
+def _source_line(event: dict[str, Any]) -> str:
+    """The source; for Stripe also the account (the platform's own when none) and mode."""
+    line = sources.label(event["provider"], event["source"])
+    if event.get("livemode") is not None:
+        line += (f"; account {event['account'] or 'the platform'}; "
+                 f"{'live' if event['livemode'] else 'test'} mode")
+    return line
 
 
 def _job_lines(job: dict[str, Any] | None) -> list[str]:

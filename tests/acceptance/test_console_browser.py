@@ -1,8 +1,9 @@
 """The operator console in a real headless Chromium (Debian's, driven by Playwright),
 against the real `console` process, a real worker and a private Redis: an operator finds a
 failed event by a word of its payload, reads why it failed, fixes the cause, replays it
-and sees one credit; replays all of a filtered list; a POST without the CSRF token changes
-nothing; a read-only console has nothing to press.
+and sees one credit; replays all of a filtered list; filters by source; pauses one source
+and resumes it; a POST without the CSRF token changes nothing; a read-only console has
+nothing to press.
 
 With CONSOLE_SCREENSHOTS=<folder> it also saves the screenshots of docs/console.md there."""
 
@@ -220,6 +221,56 @@ def test_a_read_only_console_has_nothing_to_press(page: Any, console: str,
                                form={"csrf_token": token})
     assert answer.status == 403
     assert status_of(engine, job_id) == "failed"
+
+
+def test_filter_by_source_and_read_an_events_source_account_and_mode(
+        page: Any, console: str, engine: Engine) -> None:
+    kind = f"test.console_source_{secrets.token_hex(3)}"
+    platform, connected = invoice_event(kind), invoice_event(kind)
+    factories.insert_event_and_job(engine, platform)
+    factories.insert_event_and_job(engine, connected, source="connect")
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE webhook_events SET account = 'acct_console', "
+                             "livemode = true WHERE event_id = :e"), {"e": connected["id"]})
+
+    page.goto(f"{console}/events?type={kind}")
+    assert page.locator("tbody tr").count() == 2
+    page.get_by_label("Source").fill("stripe/connect")
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("tbody tr")
+    assert rows.count() == 1
+    assert rows.first.locator("td.source").inner_text() == "stripe/connect acct_console"
+    page.get_by_label("Source").fill("stripe")  # the default source
+    page.get_by_role("button", name="Filter").click()
+    assert page.locator("tbody tr").count() == 1
+    assert page.locator("tbody td.source").inner_text() == "stripe"
+    page.goto(f"{console}/events?type={kind}&source=stripe/connect")
+    page.get_by_role("link", name=connected["id"]).click()
+    assert page.locator("#event-source").inner_text() == "stripe/connect"
+    assert page.locator("#event-account").inner_text() == "acct_console"
+    assert page.locator("#event-livemode").inner_text() == "live"
+    page.goto(f"{console}/")
+    assert page.get_by_role("link", name="stripe/connect", exact=True).count() == 1
+
+
+def test_pause_one_source_from_the_overview_while_the_others_run_then_resume(
+        page: Any, console: str, worker: None, engine: Engine, database_url: str,
+        redis_url: str) -> None:
+    kind = f"test.console_pause_{secrets.token_hex(3)}"  # no handler: done, no effect
+    factories.insert_event_and_job(engine, invoice_event(kind), source="connect",
+                                   status="done")  # the source is listed
+    page.goto(f"{console}/")
+    page.get_by_role("button", name="Pause stripe/connect").click()
+    assert "Paused" in page.locator("[role=status]").inner_text()
+    held = factories.insert_event_and_job(engine, invoice_event(kind), source="connect")
+    runs = factories.insert_event_and_job(engine, invoice_event(kind))
+    wake(database_url, redis_url, [held, runs])
+    processes.wait_until(lambda: status_of(engine, runs) == "done", timeout=30)
+    assert status_of(engine, held) == "pending"  # claimed with it, had it been due
+    page.get_by_role("button", name="Resume stripe/connect").click()
+    # Due now: this one, and any connect job an earlier test of the module left pending.
+    assert "Resumed:" in page.locator("[role=status]").inner_text()
+    processes.wait_until(lambda: status_of(engine, held) == "done", timeout=30)
 
 
 def test_screenshots_of_the_overview_and_a_failed_event(

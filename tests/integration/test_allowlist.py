@@ -56,14 +56,15 @@ def post(client: FlaskClient, peer: str, event_id: str, provider: str = "stripe"
                        environ_base={"REMOTE_ADDR": peer})
 
 
-def rejected(provider: str = "stripe", reason: str = "source_ip") -> float:
-    return REGISTRY.get_sample_value("webhooks_deliveries_rejected_total",
-                                     {"provider": provider, "reason": reason}) or 0.0
+def rejected(provider: str = "stripe", reason: str = "source_ip",
+             source: str | None = None) -> float:
+    return REGISTRY.get_sample_value("webhooks_deliveries_rejected_total", {
+        "provider": provider, "source": source or provider, "reason": reason}) or 0.0
 
 
 def verified(secret: str, provider: str = "stripe") -> float:
-    return REGISTRY.get_sample_value("webhooks_signature_verified_total",
-                                     {"provider": provider, "secret": secret}) or 0.0
+    return REGISTRY.get_sample_value("webhooks_signature_verified_total", {
+        "provider": provider, "source": provider, "secret": secret}) or 0.0
 
 
 def written(engine: Engine) -> tuple[int, int]:
@@ -208,7 +209,8 @@ def test_the_rotation_counter_counts_each_secret_position(
     assert positions == ["2", "1", "2", "2"]
     assert "whsec_rot" not in caplog.text
     text = client.get("/metrics").get_data(as_text=True)
-    assert 'webhooks_signature_verified_total{provider="stripe",secret="2"}' in text
+    assert ('webhooks_signature_verified_total{provider="stripe",secret="2",source="stripe"}'
+            in text)
 
 
 # The real server: granian's REMOTE_ADDR, IPv6 sockets, and /metrics across its processes.
@@ -264,10 +266,12 @@ def test_real_server_refuses_outside_the_list_and_counts_rotation(
         assert raw_oversized("127.0.0.1", port).startswith("HTTP/1.1 413")  # allowed: size
         metrics = requests.get(f"{base}/metrics", timeout=10).text
     assert written(clean_db) == (2, 2)
-    assert 'webhooks_signature_verified_total{provider="stripe",secret="1"} 1.0' in metrics
-    assert 'webhooks_signature_verified_total{provider="stripe",secret="2"} 1.0' in metrics
-    assert ('webhooks_deliveries_rejected_total{provider="github",reason="source_ip"} 1.0'
-            in metrics)
+    for position in ("1", "2"):
+        assert (f'webhooks_signature_verified_total{{provider="stripe",secret="{position}",'
+                'source="stripe"} 1.0' in metrics)
+    # github has an allowlist but no secret: no source of it is configured.
+    assert ('webhooks_deliveries_rejected_total{provider="github",reason="source_ip",'
+            'source="unknown"} 1.0' in metrics)
     assert "source address 127.0.0.1 is not allowed for github" in (tmp_path / "web.log"
                                                                      ).read_text()
 

@@ -291,7 +291,8 @@ def test_the_reconcile_command_takes_a_source(
     assert done.output == "listed 4, already recorded 0, recorded 4\n"
     assert [r[1:3] for r in recorded(clean_db)] == [("connect", "acct_Q")] * 4
     unknown = runner.invoke(main, ["reconcile", "stripe/nope"], env=env)
-    assert unknown.exit_code == 1 and "stripe/nope: no such source" in unknown.output
+    assert unknown.exit_code == 2 and "'stripe/nope' is not a configured source" in unknown.output
+    assert runner.invoke(main, ["reconcile", "shopify"], env=env).exit_code == 2  # no event API
     # The default source has no key: `reconcile stripe` is its configured sources'.
     again = runner.invoke(main, ["reconcile", "stripe"], env=env)
     assert again.output == "listed 4, already recorded 4, recorded 0\n"

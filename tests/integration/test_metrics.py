@@ -41,14 +41,15 @@ def test_every_database_503_is_counted_as_database(settings: Settings) -> None:
                        "database_url": f"postgresql://postgres@127.0.0.1:{port}/test"})
     client = create_app(down, threads=1).test_client()
     before = samples(client.get("/metrics").get_data(as_text=True)).get(
-        ("webhooks_deliveries_rejected_total", (("provider", "stripe"), ("reason", "database"))),
+        ("webhooks_deliveries_rejected_total", (("provider", "stripe"), ("reason", "database"),
+                                                ("source", "stripe"))),
         0.0)
     answers = [deliver(client, f"evt_down_{i}") for i in range(7)]
     assert [a.status_code for a in answers] == [503] * 7
     assert all(a.headers["Retry-After"] for a in answers)
     text = client.get("/metrics").get_data(as_text=True)
     assert value(text, "webhooks_deliveries_rejected_total", provider="stripe",
-                 reason="database") == before + 7
+                 source="stripe", reason="database") == before + 7
 
 
 def test_unexpected_errors_are_counted_by_cause() -> None:
@@ -98,10 +99,12 @@ def test_jobs_emails_and_oldest_due_job_from_the_database(clean_db: Engine,
     assert value(text, "webhooks_emails", status="sent") == 2
     assert value(text, "webhooks_emails", status="failed") == 1
     assert value(text, "webhooks_emails", status="pending") == 1
-    stripe_age = value(text, "webhooks_oldest_due_job_age_seconds", provider="stripe")
+    stripe_age = value(text, "webhooks_oldest_due_job_age_seconds", provider="stripe",
+                       source="stripe")
     assert 30 * 60 - 5 < stripe_age < 30 * 60 + 60
-    assert value(text, "webhooks_oldest_due_job_age_seconds", provider="github") == 0  # paused
-    assert value(text, "webhooks_provider_paused", provider="github") == 1
+    assert value(text, "webhooks_oldest_due_job_age_seconds", provider="github",
+                 source="github") == 0  # paused
+    assert value(text, "webhooks_provider_paused", provider="github", source="github") == 1
     assert value(text, "webhooks_queue_depth", table="jobs") == 1
     assert "ESTIMATE" in text  # the help text says which figures may be estimates
 
@@ -112,7 +115,8 @@ def test_the_database_is_read_at_most_once_per_cache_period(clean_db: Engine,
     client = create_app(settings).test_client()
     reads: list[int] = []
     real = health._read_gauges
-    monkeypatch.setattr(health, "_read_gauges", lambda conn: (reads.append(1), real(conn)))
+    monkeypatch.setattr(health, "_read_gauges", lambda conn, configured: (
+        reads.append(1), real(conn, configured)))
     first = client.get("/metrics").get_data(as_text=True)
     factories.insert_event_and_job(
         clean_db, factories.stripe_event("invoice.paid", factories.invoice(),

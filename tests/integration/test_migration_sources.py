@@ -13,6 +13,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Engine
 
+from shared import queries
 from tests.conftest import ROOT, create_database, drop_database
 
 ROWS = 25  # per provider: several backfill batches of 7
@@ -80,3 +81,27 @@ def test_0013_backfills_in_batches_and_keys_events_per_provider(
         # The same Standard Webhooks message id from another sender is another event.
         assert inserted("standard", "clerk", "standard_1")
         assert not inserted("standard", "clerk", "standard_1")
+
+
+def test_0014_keeps_a_providers_pause_as_a_pause_of_every_source_and_back(
+        old_database: tuple[str, Engine]) -> None:
+    url, engine = old_database
+    _upgrade(url, "0013")
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO paused_providers (provider) VALUES ('stripe')"))
+    _upgrade(url, "head")
+    with engine.begin() as conn:
+        assert conn.execute(sa.text("SELECT provider, source FROM paused_providers")).all() \
+            == [("stripe", "*")]
+        assert conn.execute(sa.text(f"SELECT count(*) FROM jobs WHERE {queries.DUE}")) \
+            .scalar() == ROWS  # standard's only: every Stripe source stays paused
+        conn.execute(sa.text("INSERT INTO paused_providers (provider, source) VALUES "
+                             "('stripe', 'connect'), ('paddle', 'eu')"))
+    config = Config(str(ROOT / "alembic.ini"))
+    config.attributes["configure_logger"] = False
+    with engine.connect() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0013")
+    with engine.connect() as conn:  # a source's pause becomes its provider's: none runs early
+        assert sorted(conn.execute(sa.text("SELECT provider FROM paused_providers")).scalars()) \
+            == ["paddle", "stripe"]

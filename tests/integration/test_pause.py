@@ -79,8 +79,8 @@ def test_pause_is_shown_by_events_overview_stats_and_metrics(clean_db, settings)
     stats = runner.invoke(main, ["stats"], env=env)
     assert "paused: paddle since" in stats.output and "paused: stripe since" in stats.output
     text = create_app(settings).test_client().get("/metrics").get_data(as_text=True)
-    assert 'webhooks_provider_paused{provider="stripe"} 1.0' in text
-    assert 'webhooks_provider_paused{provider="github"} 0.0' in text
+    assert 'webhooks_provider_paused{provider="stripe",source="stripe"} 1.0' in text
+    assert 'webhooks_provider_paused{provider="github",source="github"} 0.0' in text
     resumed = runner.invoke(main, ["resume", "stripe"], env=env)
     assert resumed.exit_code == 0 and "1 due job(s)" in resumed.output
     assert "was not paused" in runner.invoke(main, ["resume", "stripe"], env=env).output

@@ -27,11 +27,11 @@ from sqlalchemy.engine import Engine
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
-from shared import hooks
+from shared import hooks, sources
 from shared.errors import DatabaseUnavailable
 from shared.events import MAX_ROW_ID
 from shared.models import EmailStatus, JobStatus
-from webhooks.console import emails, events, overview
+from webhooks.console import emails, events, overview, pauses
 from webhooks.console.auth import TOKEN_FIELD, Guard, challenge, too_many_failures
 from webhooks.console.settings import ConsoleSettings
 from webhooks.console.state import Console
@@ -80,7 +80,9 @@ def create_blueprint(engine: Engine, settings: ConsoleSettings, *,
     blueprint.register_error_handler(HTTPException, _http_error)
     for template_filter in (when, age, duration):
         blueprint.add_app_template_filter(template_filter, f"console_{template_filter.__name__}")
+    blueprint.add_app_template_filter(sources.label, "console_source")
     overview.register(blueprint)
+    pauses.register(blueprint)
     events.register(blueprint)
     emails.register(blueprint)
     return blueprint

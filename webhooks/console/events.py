@@ -23,7 +23,7 @@ from webhooks.console.state import current, reading
 
 PAGE_SIZE = 50
 COUNT_AT_MOST = 10_000  # the listing says "10000+" beyond this
-FILTERS = ("provider", "type", "status", "since", "until", "search")
+FILTERS = ("provider", "source", "type", "status", "since", "until", "search")
 
 
 def register(blueprint: Blueprint) -> None:
@@ -131,10 +131,14 @@ def parse_filter(args: MultiDict[str, str], **fixed: Any) -> EventFilter:
     status = fixed.get("status", _text(args, "status"))
     if status is not None and status not in set(JobStatus):
         abort(400, f"status must be one of {', '.join(JobStatus)}, not {status!r}")
-    return EventFilter(provider=_text(args, "provider"), event_type=_text(args, "type"),
+    provider, source = _text(args, "provider"), _text(args, "source")
+    if source is not None:  # `stripe/connect`, or `stripe`: the provider's default source
+        provider, _, name = source.partition("/")
+        source = name or provider
+    return EventFilter(provider=provider, event_type=_text(args, "type"),
                        status=JobStatus(status) if status else None,
                        since=parse_time(args, "since"), until=parse_time(args, "until"),
-                       search=_text(args, "search"))
+                       search=_text(args, "search"), source=source)
 
 
 def filter_args(args: MultiDict[str, str], **override: Any) -> dict[str, str]:

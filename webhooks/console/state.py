@@ -35,6 +35,11 @@ class Console:
         if self.broker is not None and job_ids:
             wakeups.wake_jobs(self.broker, job_ids)
 
+    def wake_due(self, due: int) -> None:
+        """Best effort: wake-ups for `due` jobs (after a resume)."""
+        if self.broker is not None and due:
+            wakeups.wake_due_jobs(self.broker, due)
+
     def wake_outbox(self) -> None:
         if self.broker is not None:
             wakeups.wake_outbox(self.broker)
