@@ -127,19 +127,23 @@ class ConnectEvents:
 def _list(client: stripe_sdk.StripeClient, path: str, params: dict[str, Any],
           account: str | None) -> tuple[list[dict[str, Any]], bool]:
     """One v1 list request (of `account`'s, with Stripe-Account): its objects as the
-    response's JSON carried them, and has_more. A 429 waits its Retry-After (or a backoff)
-    before the next try, RATE_LIMIT_RETRIES times at most: never hammered."""
+    response's JSON carried them, and has_more."""
+    return _served(_get(client, path, stripe_account=account, **params), path)
+
+
+def _get(client: stripe_sdk.StripeClient, path: str, **params: Any) -> Any:
+    """One GET through the library. A 429 waits its Retry-After (or a backoff) before the
+    next try, RATE_LIMIT_RETRIES times at most: never hammered. Any other error of Stripe's
+    fails the run (ReconcileFailed): the next run starts again from the last success."""
     for attempt in range(RATE_LIMIT_RETRIES + 1):
         try:
-            response = client.raw_request("get", path, stripe_account=account, **params)
+            return client.raw_request("get", path, **params)
         except stripe_sdk.RateLimitError as error:
             if attempt == RATE_LIMIT_RETRIES:
                 raise ReconcileFailed(f"Stripe: rate limited: {error}") from None
             time.sleep(_retry_after(error.headers, attempt))
-            continue
         except stripe_sdk.StripeError as error:
             raise ReconcileFailed(f"Stripe: {type(error).__name__}: {error}") from None
-        return _served(response, path)
     raise AssertionError("unreachable")
 
 
@@ -195,21 +199,10 @@ class StripeThinEvents:
         raise AssertionError("Stripe's list carries whole events")
 
     def _page(self, url: str, params: dict[str, Any]) -> dict[str, Any]:
-        for attempt in range(RATE_LIMIT_RETRIES + 1):
-            try:
-                response = self._client.raw_request("get", url, **params)
-            except stripe_sdk.RateLimitError as error:
-                if attempt == RATE_LIMIT_RETRIES:
-                    raise ReconcileFailed(f"Stripe: rate limited: {error}") from None
-                time.sleep(_retry_after(error.headers, attempt))
-                continue
-            except stripe_sdk.StripeError as error:
-                raise ReconcileFailed(f"Stripe: {type(error).__name__}: {error}") from None
-            body = json.loads(response.body)
-            if not isinstance(body, dict) or not isinstance(body.get("data"), list):
-                raise ReconcileFailed("Stripe: /v2/core/events answered without a list")
-            return body
-        raise AssertionError("unreachable")
+        body = json.loads(_get(self._client, url, **params).body)
+        if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+            raise ReconcileFailed("Stripe: /v2/core/events answered without a list")
+        return body
 
 
 def thin_events(api_key: str, api_base: str) -> StripeThinEvents:
