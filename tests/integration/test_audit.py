@@ -234,11 +234,12 @@ def test_the_audit_runs_in_one_read_only_repeatable_read_snapshot(
 
 
 def test_the_audit_needs_only_the_right_to_read(processed: Engine, settings: Settings) -> None:
-    role = f"webhooks_reader_{secrets.token_hex(4)}"
-    execute(processed, f"CREATE ROLE {role} LOGIN")
+    role, password = f"webhooks_reader_{secrets.token_hex(4)}", secrets.token_hex(16)
+    # A password: the embedded test server asks for one (scram), the machine's trusts.
+    execute(processed, f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
     try:
         execute(processed, f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
-        url = sa.make_url(processed.url).set(username=role, password=None)
+        url = sa.make_url(processed.url).set(username=role, password=password)
         reader = Settings(**{**settings.__dict__,
                              "database_url": url.render_as_string(hide_password=False)})
         assert (audit(reader).exit_code, audit(reader).output) == (0, "")

@@ -157,7 +157,7 @@ def test_clients_that_stop_sending_hold_no_thread_and_lose_their_connection(serv
             assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
         assert time.monotonic() - started < 30
         scrape = requests.get(f"{base}/metrics", timeout=5).text
-        assert 'provider="stripe",reason="body_timeout"} 32.0' in scrape
+        assert 'provider="stripe",reason="body_timeout",source="stripe"} 32.0' in scrape
     finally:
         for sock in stalled:
             sock.close()
