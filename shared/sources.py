@@ -254,3 +254,18 @@ def build(defaults: Mapping[str, Source], named: Mapping[str, tuple[Source, ...]
         by_key.update({(source.provider, source.name): source for source in sources})
     return Sources(by_key)
 
+
+
+
+_last: tuple[Any, Sources] | None = None  # (the settings, their registry)
+
+
+def registry(settings: Any) -> Sources:
+    """settings.sources, built once per settings object (Settings is frozen, so its
+    registry never changes): for what asks per job, the worker's livemode policy and its
+    thin-event fetches. A second settings object (a test's copy) gets its own."""
+    global _last
+    last = _last
+    if last is None or last[0] is not settings:
+        last = _last = (settings, settings.sources)
+    return last[1]

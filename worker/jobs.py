@@ -50,7 +50,7 @@ import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, hooks, metrics, payloads, queries, tracing, wakeups
+from shared import db, hooks, metrics, payloads, queries, sources, tracing, wakeups
 from shared.errors import DatabaseUnavailable, PermanentJobError, describe
 from shared.queries import ClaimedJob
 from shared.settings import Settings
@@ -236,7 +236,7 @@ def _refused(settings: Settings, row: ClaimedJob) -> _Applied | None:
     such an event must never credit the live ledger: decided here, from the row's
     `livemode` (a thin event's own field, recorded at the ingest), before any fetch or
     handler. An event of a source no longer configured is not refused."""
-    source = settings.sources.get(row.provider, row.source)
+    source = sources.registry(settings).get(row.provider, row.source)
     if source is None or source.livemode.accepts(row.livemode):
         return None
     outcome = (f"no effect: livemode {str(row.livemode).lower()} refused by source "

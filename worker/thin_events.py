@@ -34,6 +34,7 @@ from typing import Any
 
 import stripe as stripe_sdk
 
+from shared import sources
 from shared.errors import PermanentJobError, WebhooksError
 from shared.providers import stripe_budget
 from shared.settings import Settings
@@ -58,7 +59,7 @@ def is_thin(payload: Any) -> bool:
 def api_key_for(settings: Settings, source: str) -> str:
     """The API key that fetches a source's thin events: the source's own
     (STRIPE_<NAME>_API_KEY, or STRIPE_API_KEY for the default source)."""
-    found = settings.sources.get("stripe", source)
+    found = sources.registry(settings).get("stripe", source)
     if found is None or not found.api_key:
         raise PermanentJobError(f"a thin event of source {source!r} needs its API key to "
                                 "fetch it")
