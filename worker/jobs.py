@@ -166,14 +166,29 @@ def process_batch(
         if db.is_unavailable(error):
             raise
         # ordered[tried - 1] is the job whose handler (or statement) failed.
-        return _one_at_a_time(engine, settings, ordered, tried, error,
-                              started + budget_seconds)
+        result = _one_at_a_time(engine, settings, ordered, tried, error,
+                                started + budget_seconds)
+        _log_batch(result, started)
+        return result
     pace.observe(time.monotonic() - started, len(applied))
     # more: the claim was full (others may be due), or the time budget left claimed jobs
     result.claimed, result.more = len(rows), len(rows) == limit or tried < len(rows)
     for job in applied:
         _after_done(job, result)
+    _log_batch(result, started)
     return result
+
+
+def _log_batch(result: BatchResult, started: float) -> None:
+    """One INFO line per batch that claimed anything: the jobs and outbox tables are the
+    record of every job, so each job's own line is at DEBUG; failures and retries are
+    logged per job at WARNING or ERROR with their ids (_after_error)."""
+    if result.claimed:
+        log.info("batch committed", extra={
+            "claimed": result.claimed, "done": result.done, "failed": result.failed,
+            "retried": len(result.retried), "deferred": len(result.deferred),
+            "emails_queued": result.emails_queued,
+            "seconds": round(time.monotonic() - started, 4)})
 
 
 @dataclass(frozen=True)
@@ -241,7 +256,7 @@ def _refused(settings: Settings, row: ClaimedJob) -> _Applied | None:
         return None
     outcome = (f"no effect: livemode {str(row.livemode).lower()} refused by source "
                f"{source.label} (livemode {source.livemode})")
-    log.info("event's livemode refused by its source, no effect",
+    log.debug("event's livemode refused by its source, no effect",
              extra={**_log_fields(row), "source": source.label, "livemode": row.livemode,
                     "account": row.account})
     return _Applied(row, outcome, 0)
@@ -302,7 +317,7 @@ def _after_done(job: _Applied, result: BatchResult) -> None:
     event_type = row.event_type if handlers.registered(row.provider, row.event_type) else "other"
     metrics.jobs_done.labels(row.provider, event_type).inc()
     metrics.job_latency.observe(max((datetime.now(UTC) - row.received_at).total_seconds(), 0))
-    log.info("job done", extra={"job_id": row.id, "provider": row.provider,
+    log.debug("job done", extra={"job_id": row.id, "provider": row.provider,
                                 "event_id": row.event_id, "outcome": job.outcome})
 
 

@@ -71,6 +71,7 @@ class DispatchResult:
     retried: int = 0
     more: bool = False  # a full batch was claimed: more rows may be due
     claimed: int = 0
+    released: int = 0  # not attempted before the deadline: due again at once
 
 
 def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> None:
@@ -206,6 +207,12 @@ def _record(engine: Engine, settings: Settings, rows: Sequence[ClaimedEmail],
                 changes.append((row, *change))
     for row, status, params in changes:
         _report(row, status, params, result)
+    # One INFO line per dispatch: the outbox table is the record of every email, so each
+    # email's own line is at DEBUG; failures and retries are logged per email (_report).
+    log.info("emails dispatched", extra={
+        "claimed": len(rows), "sent": result.sent, "failed": result.failed,
+        "retried": result.retried, "released": result.released,
+        "dropped": len(rows) - len(changes)})
 
 
 def _mark_sent(conn: Connection, rows: Sequence[ClaimedEmail],
@@ -251,7 +258,7 @@ def _report(row: ClaimedEmail, status: str, params: dict[str, Any],
     if status == "sent":
         result.sent += 1
         metrics.outbox_sent.inc()
-        log.info("email sent", extra={**log_fields, "message_id": params["message_id"]})
+        log.debug("email sent", extra={**log_fields, "message_id": params["message_id"]})
     elif status == "failed":
         result.failed += 1
         metrics.outbox_failed.inc()
@@ -263,7 +270,8 @@ def _report(row: ClaimedEmail, status: str, params: dict[str, Any],
                            "error": params["error"]})
     else:
         result.more = True  # due again right now
-        log.info("email not attempted in time, released", extra=log_fields)
+        result.released += 1
+        log.debug("email not attempted in time, released", extra=log_fields)
 
 
 def _log_fields(row: ClaimedEmail) -> dict[str, Any]:

@@ -152,13 +152,18 @@ class ConsoleSender:
         return None  # a second log line is harmless; there is nothing to search
 
     def send(self, emails: Sequence[OutboundEmail]) -> list[Outcome]:
+        """One INFO line per request, naming the first email; each email, its body
+        included, at DEBUG (LOG_LEVEL=DEBUG shows them all)."""
         outcomes: list[Outcome] = []
         for email in emails:
             context = {"idempotency_key": email.idempotency_key, "to": email.to}
-            log.info("email written to the log, not sent (POSTMARK_SERVER_TOKEN is unset)",
-                     extra={**context, "subject": email.subject})
-            log.debug("email body", extra={**context, "text_body": email.text_body})
+            log.debug("email written to the log, not sent",
+                      extra={**context, "subject": email.subject, "text_body": email.text_body})
             outcomes.append(Sent(f"console-{email.idempotency_key}"))
+        if emails:
+            log.info("emails written to the log, not sent (POSTMARK_SERVER_TOKEN is unset)",
+                     extra={"emails": len(emails), "to": emails[0].to,
+                            "subject": emails[0].subject})
         return outcomes
 
 

@@ -66,7 +66,7 @@ def test_a_test_mode_event_on_a_live_only_source_is_recorded_done_and_not_credit
     client = create_app(live_connect).test_client()
     deliver_connect(client, "evt_test_mode", livemode=False)
     deliver_connect(client, "evt_live_mode", livemode=True)
-    with caplog.at_level(logging.INFO, logger="worker.jobs"):
+    with caplog.at_level(logging.DEBUG, logger="worker.jobs"):
         assert jobs.process_batch(clean_db, live_connect).done == 2
     assert rows(clean_db, "SELECT e.event_id, e.livemode, j.status, j.outcome FROM jobs j "
                 "JOIN webhook_events e USING (provider, event_id) ORDER BY e.event_id") == [

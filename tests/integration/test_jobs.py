@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -139,6 +140,27 @@ def test_one_bad_job_does_not_undo_its_batch_neighbours(
     assert all(job_row(clean_db, j).status == "done" for j in good)
     assert job_row(clean_db, bad).status == "pending"
     assert scalar(clean_db, "SELECT balance FROM accounts WHERE customer_id = 'cus_ok'") == 15
+
+
+def test_a_batch_logs_one_info_line_and_each_job_at_debug_its_failures_at_warning(
+    clean_db: Engine, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    for _ in range(3):
+        invoice_job(clean_db, amount=5, customer="cus_ok")
+    no_customer = factories.stripe_event("invoice.paid", {"id": "in_bad"})
+    factories.insert_event_and_job(clean_db, no_customer)
+
+    with caplog.at_level(logging.DEBUG, logger="worker.jobs"):
+        jobs.process_batch(clean_db, settings, limit=10)
+
+    info = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert [r.getMessage() for r in info] == ["batch committed"]
+    assert (info[0].claimed, info[0].done, info[0].retried) == (4, 3, 1)  # type: ignore[attr-defined]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert debug == ["job done"] * 3
+    [retry] = [r for r in caplog.records if r.levelno == logging.WARNING
+               and r.getMessage() == "job attempt failed, will retry"]
+    assert retry.event_id and retry.job_id  # type: ignore[attr-defined]
 
 
 def test_unknown_event_type_completes_with_no_effect(clean_db: Engine, settings: Settings) -> None:

@@ -155,14 +155,17 @@ def test_without_a_token_emails_go_to_the_log(caplog):
     chosen = postmark.sender_for(Settings.from_env({}))
     assert isinstance(chosen, ConsoleSender)
 
-    with caplog.at_level(logging.INFO, logger="worker.postmark"):
-        [outcome] = chosen.send([email("receipt:in_9", to="someone@example.com")])
+    with caplog.at_level(logging.DEBUG, logger="worker.postmark"):
+        outcomes = chosen.send([email("receipt:in_9", to="someone@example.com"),
+                                email("receipt:in_10", to="other@example.com")])
 
-    assert outcome == Sent("console-receipt:in_9")
-    [record] = [r for r in caplog.records if r.levelno == logging.INFO]
-    assert record.idempotency_key == "receipt:in_9"
-    assert record.to == "someone@example.com"
-    assert "text receipt:in_9" not in record.getMessage() + str(vars(record))
+    assert outcomes == [Sent("console-receipt:in_9"), Sent("console-receipt:in_10")]
+    # One INFO line per request, naming the first email; each email at DEBUG.
+    [summary] = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert (summary.emails, summary.to) == (2, "someone@example.com")  # type: ignore[attr-defined]
+    assert "text receipt:in_9" not in summary.getMessage() + str(vars(summary))
+    each = [r for r in caplog.records if r.levelno == logging.DEBUG]
+    assert [r.idempotency_key for r in each] == ["receipt:in_9", "receipt:in_10"]  # type: ignore[attr-defined]
 
 
 def test_with_a_token_each_thread_reuses_one_client(fake):
