@@ -140,8 +140,8 @@ def measure(requests: int) -> dict[str, float]:
     stages["log line"] = _cpu_ms([line(n) for n in range(requests)])
 
     def count() -> None:
-        metrics.signature_verified.labels("stripe", "1").inc()
-        metrics.deliveries_received.labels("stripe").inc()
+        metrics.signature_verified.labels("stripe", "stripe", "1").inc()
+        metrics.deliveries_received.labels("stripe", "stripe").inc()
         metrics.ack_latency.labels("stripe").observe(0.004)
 
     stages["metrics"] = _cpu_ms([count] * requests)
