@@ -143,9 +143,13 @@ def _set_clock(heartbeats: Sequence[sa.Row[Any]], reconcile_ages: Sequence[sa.Ro
             metrics.clock_sweep_age.set(max(float(row.age), 0.0))
             metrics.clock_sweep_interval.set(row.interval_seconds)
             metrics.clock_reconcile_interval.set(row.reconcile_interval_seconds)
-    for row in reconcile_ages:
-        metrics.reconcile_last_success_age.labels(row.provider, row.source).set(
-            max(float(row.age), 0.0))
+    ages = {(row.provider, row.source): max(float(row.age), 0.0) for row in reconcile_ages}
+    # A source the clock no longer reconciles reads 0 (fresh), not its last figure frozen.
+    shown = {(sample.labels["provider"], sample.labels["source"])
+             for family in metrics.reconcile_last_success_age.collect()
+             for sample in family.samples}
+    for key in sorted(shown | set(ages)):
+        metrics.reconcile_last_success_age.labels(*key).set(ages.get(key, 0.0))
 
 
 def _set_audit(rows: Sequence[sa.Row[Any]]) -> None:

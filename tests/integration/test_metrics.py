@@ -201,6 +201,12 @@ def test_the_clock_sweep_age_and_intervals_are_on_metrics(clean_db: Engine,
     assert 3600 <= stripe < 3660
     assert (("provider", "paddle"), ("source", "paddle")) not in ages
     assert (("provider", "stripe"), ("source", "connect")) not in ages
+    # The clock stops reconciling stripe: its figure goes to 0, never stays frozen.
+    with clean_db.begin() as conn:
+        conn.execute(sa.text("UPDATE clock_heartbeats SET reconcile_sources = '{}'"))
+    again = create_app(settings).test_client().get("/metrics").get_data(as_text=True)
+    assert value(again, "webhooks_reconcile_last_success_age_seconds", provider="stripe",
+                 source="stripe") == 0
 
 
 def test_the_heartbeat_names_what_the_clock_reconciles(settings: Settings) -> None:
