@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import shutil
 import subprocess
@@ -217,7 +218,7 @@ def test_a_failed_job_reaches_slack_and_the_watchdog_the_dead_mans_switch(
         assert {name for post in beats for name in webhook_alertnames(post.body)} == {
             "Watchdog"}
         assert {post.body["status"] for post in beats} == {"firing"}
-        spacing = [b.at - a.at for a, b in zip(beats, beats[1:], strict=False)]
+        spacing = [b.at - a.at for a, b in itertools.pairwise(beats)]
         assert all(gap > 0.5 for gap in spacing), spacing  # repeats, not a burst
         assert "Watchdog" not in path.slack()
 
@@ -265,9 +266,9 @@ def test_with_the_database_stopped_only_the_database_alert_is_sent(
             with contextlib.suppress(requests.RequestException):
                 answers.append(deliver(web, f"evt_outage_{count}"))
 
-    # The symptoms wait 25 s pending: long enough for the database alert to reach
+    # The symptoms wait 15 s pending: long enough for the database alert to reach
     # Alertmanager first, as it does in an outage whose symptoms follow it.
-    with alerting(own_postgres.url, tmp_path, pending="25s") as path:
+    with alerting(own_postgres.url, tmp_path, pending="15s") as path:
         for query in ('max(webhooks_jobs{status="failed"})',
                       'max(webhooks_emails{status="failed"})'):
             processes.wait_until(lambda q=query: path.gauge(q) == 0, timeout=30,
