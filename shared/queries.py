@@ -508,7 +508,8 @@ ClockTryLock = text("SELECT pg_try_advisory_xact_lock(hashtext(:name))")
 # The clock's heartbeat: each sweep stamps its row with the database's now() (the clock web
 # reads it by: no skew between hosts) and the intervals the clock runs with. Written under
 # the sweep's ClockTryLock, in its transaction: the stamp says a sweep committed.
-# Proven by: test_metrics.py::test_the_clock_sweep_age_and_intervals_are_on_metrics.
+# Proven by: test_metrics.py::test_the_clock_sweep_age_and_intervals_are_on_metrics,
+# test_clock.py::test_lost_messages_with_two_clocks_are_applied_once.
 ClockHeartbeatStamp = text("""
     INSERT INTO clock_heartbeats (name, beat_at, interval_seconds, reconcile_interval_seconds,
                                   reconcile_sources)
