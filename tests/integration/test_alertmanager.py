@@ -6,7 +6,11 @@ loopback (tests/fakes/alert_receivers.py) and its waits shortened, in the test's
 - A job that fails for real reaches the fake Slack as WebhookJobsFailed; the Watchdog
   reaches the dead man's switch again and again, and nothing else does.
 - With the database stopped (a Postgres of the test's own), WebhookDatabaseUnavailable
-  reaches Slack and the symptoms it inhibits do not, though Prometheus fires them.
+  reaches Slack and the symptoms it inhibits do not, though Prometheus fires them and
+  Alertmanager holds them (suppressed). web cannot read the database then, so its gauges
+  keep their last figures: the test's copy of the rules gives the symptoms a `for`, so that
+  they are pending when the database stops and fire while it is down, after the database
+  alert, as an outage's symptoms do.
 """
 
 from __future__ import annotations
@@ -266,9 +270,9 @@ def test_with_the_database_stopped_only_the_database_alert_is_sent(
             with contextlib.suppress(requests.RequestException):
                 answers.append(deliver(web, f"evt_outage_{count}"))
 
-    # The symptoms wait 15 s pending: long enough for the database alert to reach
+    # The symptoms wait 20 s pending: long enough for the database alert to reach
     # Alertmanager first, as it does in an outage whose symptoms follow it.
-    with alerting(own_postgres.url, tmp_path, pending="15s") as path:
+    with alerting(own_postgres.url, tmp_path, pending="20s") as path:
         for query in ('max(webhooks_jobs{status="failed"})',
                       'max(webhooks_emails{status="failed"})'):
             processes.wait_until(lambda q=query: path.gauge(q) == 0, timeout=30,
