@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
 from shared import metrics, pausing, providers, queries
-from shared.models import EmailStatus, JobStatus
+from shared.models import SWEEP_HEARTBEAT, EmailStatus, JobStatus
 from shared.sources import Source
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,9 @@ def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
     oldest = {(row.provider, row.source): float(row.age)
               for row in conn.execute(queries.MetricsOldestDue)}
     audited = conn.execute(queries.AuditResultsRead).all()
+    heartbeats = conn.execute(queries.MetricsClockHeartbeats).all()
+    reconcile_ages = conn.execute(queries.MetricsReconcileSourceAges,
+                                  {"name": SWEEP_HEARTBEAT}).all()
 
     metrics.database_failovers.set(failovers)
     metrics.queue_depth.labels("jobs").set(jobs_due)
@@ -129,6 +132,24 @@ def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
         if row.last_success is not None:
             metrics.reconcile_last_success.labels(row.provider).set(float(row.last_success))
     _set_audit(audited)
+    _set_clock(heartbeats, reconcile_ages)
+
+
+def _set_clock(heartbeats: Sequence[sa.Row[Any]], reconcile_ages: Sequence[sa.Row[Any]]) -> None:
+    """The sweeping clock's heartbeat (none before its first sweep), and how stale each
+    source it reconciles is."""
+    for row in heartbeats:
+        if row.name == SWEEP_HEARTBEAT:
+            metrics.clock_sweep_age.set(max(float(row.age), 0.0))
+            metrics.clock_sweep_interval.set(row.interval_seconds)
+            metrics.clock_reconcile_interval.set(row.reconcile_interval_seconds)
+    ages = {(row.provider, row.source): max(float(row.age), 0.0) for row in reconcile_ages}
+    # A source the clock no longer reconciles reads 0 (fresh), not its last figure frozen.
+    shown = {(sample.labels["provider"], sample.labels["source"])
+             for family in metrics.reconcile_last_success_age.collect()
+             for sample in family.samples}
+    for key in sorted(shown | set(ages)):
+        metrics.reconcile_last_success_age.labels(*key).set(ages.get(key, 0.0))
 
 
 def _set_audit(rows: Sequence[sa.Row[Any]]) -> None:

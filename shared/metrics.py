@@ -86,6 +86,27 @@ reconciled_events = Gauge(
     "before it): a sign that deliveries go missing.", ["provider"],
     multiprocess_mode="mostrecent",
 )
+reconcile_last_success_age = Gauge(
+    "webhooks_reconcile_last_success_age_seconds", "Seconds since the last successful "
+    "reconciliation run of the source started, by the database's clock; only for the "
+    "sources the clock reconciles periodically (none when that is off).",
+    ["provider", "source"], multiprocess_mode="mostrecent",
+)
+# The clock's heartbeat (clock_heartbeats, stamped by each sweep), read at scrape time: a
+# stopped clock makes no other sound. Absent before the first sweep of a clock.
+clock_sweep_age = Gauge(
+    "webhooks_clock_sweep_age_seconds", "Seconds since the clock's last sweep, by the "
+    "database's clock.", multiprocess_mode="mostrecent",
+)
+clock_sweep_interval = Gauge(
+    "webhooks_clock_sweep_interval_seconds", "The sweeping clock's SWEEP_INTERVAL_SECONDS.",
+    multiprocess_mode="mostrecent",
+)
+clock_reconcile_interval = Gauge(
+    "webhooks_clock_reconcile_interval_seconds", "The sweeping clock's "
+    "RECONCILE_INTERVAL_SECONDS; 0 when it reconciles nothing periodically (the interval "
+    "is 0, or no source has API credentials).", multiprocess_mode="mostrecent",
+)
 # Read from database_timelines at scrape time: exact, and kept across restarts and
 # clocks (shared/failover.py). The first timeline recorded is the start, not counted.
 database_failovers = Gauge(

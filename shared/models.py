@@ -25,6 +25,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKeyConstraint,
     Identity,
     Index,
@@ -37,7 +38,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 metadata = MetaData(
     naming_convention={
@@ -316,4 +317,23 @@ audit_results = Table(
     Column("violations", Integer, nullable=False),
     Column("ran_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     PrimaryKeyConstraint("check_name"),
+)
+
+# The clock's heartbeat: one row per periodic task (today `sweep`), stamped by each run in
+# its own transaction, with the intervals the clock runs with, so that web's /metrics can
+# say how long ago the clock last swept and whether periodic reconciliation is on
+# (webhooks_clock_*; deploy/prometheus/alerts.yml's WebhookClockStopped and
+# WebhookReconciliationStale): reconcile_sources, `provider/source` of each source it
+# reconciles periodically (none when that is off). A stopped clock writes nothing, which
+# nothing else shows.
+SWEEP_HEARTBEAT = "sweep"  # the sweep's row
+clock_heartbeats = Table(
+    "clock_heartbeats",
+    metadata,
+    Column("name", Text, nullable=False),
+    Column("beat_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("interval_seconds", Float, nullable=False),
+    Column("reconcile_interval_seconds", Float, nullable=False),
+    Column("reconcile_sources", ARRAY(Text), nullable=False),
+    PrimaryKeyConstraint("name"),
 )

@@ -370,6 +370,17 @@ ReconcileRunState = text(f"""
           FROM reconcile_runs GROUP BY provider) r
 """)
 
+# For /metrics: seconds since the last successful run started, by the database's clock,
+# for each source the sweeping clock reconciles periodically (its heartbeat's list: a
+# source run only by hand, or no longer configured, is not expected to stay fresh); none
+# before a source's first success. A row per source.
+MetricsReconcileSourceAges = text("""
+    SELECT r.provider, r.source, extract(epoch FROM now() - r.last_success_at) AS age
+    FROM reconcile_runs r JOIN clock_heartbeats h ON h.name = :name
+    WHERE r.last_success_at IS NOT NULL
+      AND r.provider || '/' || r.source = ANY(h.reconcile_sources)
+""")
+
 # --- database timelines (failovers) ----------------------------------------------------
 
 # The timeline the server writes on, recorded the first time it is seen: one row per
@@ -493,6 +504,29 @@ AuditResultsRead = text("""
 # rather than wait. Held until the transaction ends.
 # Proven by: test_clock.py::test_lost_messages_with_two_clocks_are_applied_once.
 ClockTryLock = text("SELECT pg_try_advisory_xact_lock(hashtext(:name))")
+
+# The clock's heartbeat: each sweep stamps its row with the database's now() (the clock web
+# reads it by: no skew between hosts) and the intervals the clock runs with. Written under
+# the sweep's ClockTryLock, in its transaction: the stamp says a sweep committed.
+# Proven by: test_metrics.py::test_the_clock_sweep_age_and_intervals_are_on_metrics,
+# test_clock.py::test_lost_messages_with_two_clocks_are_applied_once.
+ClockHeartbeatStamp = text("""
+    INSERT INTO clock_heartbeats (name, beat_at, interval_seconds, reconcile_interval_seconds,
+                                  reconcile_sources)
+    VALUES (:name, now(), :interval_seconds, :reconcile_interval_seconds,
+            CAST(:reconcile_sources AS text[]))
+    ON CONFLICT (name) DO UPDATE
+        SET beat_at = EXCLUDED.beat_at, interval_seconds = EXCLUDED.interval_seconds,
+            reconcile_interval_seconds = EXCLUDED.reconcile_interval_seconds,
+            reconcile_sources = EXCLUDED.reconcile_sources
+""")
+
+# For /metrics: each heartbeat's age by the database's clock (a row or two).
+MetricsClockHeartbeats = text("""
+    SELECT name, extract(epoch FROM now() - beat_at) AS age, interval_seconds,
+           reconcile_interval_seconds
+    FROM clock_heartbeats
+""")
 
 # --- outbox -------------------------------------------------------------------------
 

@@ -78,6 +78,11 @@ def test_lost_messages_with_two_clocks_are_applied_once(
     assert scalar(clean_db, "SELECT balance FROM accounts WHERE customer_id = 'cus_lost'") == 200
     assert scalar(clean_db, "SELECT count(*) FROM ledger_entries") == 40
     assert scalar(clean_db, "SELECT max(attempts) FROM jobs") == 1
+    # Whichever clock swept stamped the one heartbeat, with its interval (web's /metrics
+    # shows its age: WebhookClockStopped).
+    assert scalar(clean_db, "SELECT count(*) FROM clock_heartbeats WHERE name = 'sweep' AND "
+                            "beat_at > now() - interval '1 minute'") == 1
+    assert scalar(clean_db, "SELECT interval_seconds FROM clock_heartbeats") == 0.5
 
 
 def test_prune_keeps_pending_and_failed_work_and_recent_events(

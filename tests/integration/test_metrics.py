@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -165,3 +166,60 @@ def test_large_tables_estimate_done_jobs_and_sent_emails(clean_db: Engine, setti
     assert value(text, "webhooks_jobs", provider="github", status="done") == 9
     assert value(text, "webhooks_emails", status="sent") == 19
     assert value(text, "webhooks_emails", status="failed") == 1
+
+
+def test_the_clock_sweep_age_and_intervals_are_on_metrics(clean_db: Engine,
+                                                          settings: Settings) -> None:
+    """Each sweep stamps the clock's heartbeat; /metrics shows its age by the database's
+    clock, the intervals the clock runs with, and how stale each source it reconciles is
+    (only those: a source run by hand once is not expected to stay fresh)."""
+    from shared import db, wakeups
+    from webhooks.clock.sweep import Beat, sweep
+
+    engine = db.create_engine(settings, pool_size=1)
+    broker = wakeups.create_broker(settings)
+    try:
+        assert sweep(engine, broker, Beat(7.0, 120.0, ("stripe/stripe", "stripe/connect")))
+    finally:
+        broker.close()
+        engine.dispose()
+    with clean_db.begin() as conn:
+        conn.execute(sa.text(
+            "UPDATE clock_heartbeats SET beat_at = beat_at - interval '10 minutes'"))
+        conn.execute(sa.text(
+            "INSERT INTO reconcile_runs (provider, source, last_started_at, last_success_at)"
+            " VALUES ('stripe', 'stripe', now(), now() - interval '1 hour'),"
+            " ('stripe', 'connect', now(), NULL),"  # never succeeded: no figure
+            " ('paddle', 'paddle', now(), now() - interval '3 days')"))  # not scheduled
+    text = create_app(settings).test_client().get("/metrics").get_data(as_text=True)
+    assert 600 <= value(text, "webhooks_clock_sweep_age_seconds") < 660
+    assert value(text, "webhooks_clock_sweep_interval_seconds") == 7
+    assert value(text, "webhooks_clock_reconcile_interval_seconds") == 120
+    ages = {labels: figure for (name, labels), figure in samples(text).items()
+            if name == "webhooks_reconcile_last_success_age_seconds"}
+    stripe = ages.pop((("provider", "stripe"), ("source", "stripe")))
+    assert 3600 <= stripe < 3660
+    assert (("provider", "paddle"), ("source", "paddle")) not in ages
+    assert (("provider", "stripe"), ("source", "connect")) not in ages
+    # The clock stops reconciling stripe: its figure goes to 0, never stays frozen.
+    with clean_db.begin() as conn:
+        conn.execute(sa.text("UPDATE clock_heartbeats SET reconcile_sources = '{}'"))
+    again = create_app(settings).test_client().get("/metrics").get_data(as_text=True)
+    assert value(again, "webhooks_reconcile_last_success_age_seconds", provider="stripe",
+                 source="stripe") == 0
+
+
+def test_the_heartbeat_names_what_the_clock_reconciles(settings: Settings) -> None:
+    from webhooks.clock.schedule import beat
+
+    assert beat(settings).reconcile_interval_seconds == 0  # no API credentials
+    assert beat(settings).reconcile_sources == ()
+    keyed = Settings.from_env({"DATABASE_URL": settings.database_url or "",
+                               "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET,
+                               "STRIPE_API_KEY": "sk_test_x",
+                               "RECONCILE_INTERVAL_SECONDS": "600",
+                               "SWEEP_INTERVAL_SECONDS": "5"})
+    assert beat(keyed).reconcile_sources == ("stripe/stripe",)
+    assert (beat(keyed).interval_seconds, beat(keyed).reconcile_interval_seconds) == (5, 600)
+    off = dataclasses.replace(keyed, reconcile_interval_seconds=0.0)
+    assert (beat(off).reconcile_interval_seconds, beat(off).reconcile_sources) == (0, ())

@@ -32,7 +32,7 @@ from shared import db, failover, hooks, queries, reconciliation, retention, wake
 from shared.errors import describe
 from shared.settings import Settings
 from shared.sources import Source
-from webhooks.clock.sweep import sweep
+from webhooks.clock.sweep import Beat, sweep
 
 log = logging.getLogger(__name__)
 AUDIT_FIRST_AFTER_SECONDS = 300  # a clock's first audit, at most this long after its start
@@ -120,13 +120,24 @@ def audit(engine: Engine) -> audits.Report | None:
     return report
 
 
+def beat(settings: Settings) -> Beat:
+    """The intervals this clock runs with and the sources it reconciles, for its
+    heartbeat: periodic reconciliation is on when its interval is and some source has API
+    credentials."""
+    scheduled = ([f"{source.provider}/{source.name}"
+                  for source in reconciliation.configured(settings)]
+                 if settings.reconcile_interval_seconds > 0 else [])
+    return Beat(settings.sweep_interval_seconds,
+                settings.reconcile_interval_seconds if scheduled else 0.0, tuple(scheduled))
+
+
 def run(settings: Settings) -> None:
     engine = db.create_engine(settings, pool_size=2, local_commits=True)
     # record_event's engine: each statement its own transaction, committed at once.
     recording = db.create_engine(settings, pool_size=1, autocommit=True, local_commits=True)
     broker = wakeups.create_broker(settings)
     scheduler = BlockingScheduler(timezone="UTC")
-    scheduler.add_job(_safely(sweep), "interval", args=(engine, broker),
+    scheduler.add_job(_safely(sweep), "interval", args=(engine, broker, beat(settings)),
                       seconds=settings.sweep_interval_seconds, id="sweep",
                       max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
     if settings.reconcile_interval_seconds > 0:

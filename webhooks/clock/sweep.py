@@ -4,7 +4,12 @@ idempotent: at worst a worker finds nothing to claim.
 
 Each sweep also records the database server's timeline (shared/failover.py): a timeline
 not seen before, after the first, is a failover, logged at WARNING; the clock's
-after-failover reconciliation and the outbox's searches follow from the recorded row."""
+after-failover reconciliation and the outbox's searches follow from the recorded row.
+
+And each sweep stamps the clock's heartbeat (clock_heartbeats) with the intervals it runs
+with: web's /metrics shows how long ago the clock last swept, and whether periodic
+reconciliation is on, so that a stopped clock, which otherwise makes no sound, fires
+WebhookClockStopped (deploy/prometheus/alerts.yml)."""
 
 from __future__ import annotations
 
@@ -15,10 +20,22 @@ import dramatiq
 from sqlalchemy.engine import Engine
 
 from shared import failover, queries, wakeups
+from shared.models import SWEEP_HEARTBEAT
 
 log = logging.getLogger(__name__)
 
 MAX_WAKEUPS_PER_SWEEP = 500
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What the heartbeat says besides its time: the sweep's period, the periodic
+    reconciliation's (0: off, or no source has API credentials) and the sources it
+    reconciles, each `provider/source`."""
+
+    interval_seconds: float
+    reconcile_interval_seconds: float
+    reconcile_sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -29,14 +46,21 @@ class SweepResult:
     timeline: failover.Timeline | None = None  # a timeline seen for the first time
 
 
-def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
-    """Wake workers for due work. None if another clock is sweeping right now."""
+def sweep(engine: Engine, broker: dramatiq.Broker,
+          beat: Beat | None = None) -> SweepResult | None:
+    """Wake workers for due work, and stamp the heartbeat with `beat` (None: no stamp).
+    None if another clock is sweeping right now."""
     with engine.begin() as conn:
         if not conn.execute(queries.ClockTryLock, {"name": "webhooks:sweep"}).scalar_one():
             return None
         due_jobs = conn.execute(queries.JobCountDue).scalar_one()
         due_emails = conn.execute(queries.OutboxCountDue).scalar_one()
         timeline = failover.record_timeline(conn)
+        if beat is not None:
+            conn.execute(queries.ClockHeartbeatStamp, {
+                "name": SWEEP_HEARTBEAT, "interval_seconds": beat.interval_seconds,
+                "reconcile_interval_seconds": beat.reconcile_interval_seconds,
+                "reconcile_sources": list(beat.reconcile_sources)})
     if timeline is not None:
         _report(timeline)
     woken = True
