@@ -26,6 +26,7 @@ from shared import variables as v
 from shared.errors import MissingVariable
 from shared.providers import PROVIDERS
 from shared.providers.base import Provider
+from shared.providers.stripe import EventKind as EventKind  # Stripe's vocabulary
 
 NAME = re.compile(r"[a-z][a-z0-9]{0,31}")
 RESERVED = ("default",)  # besides the provider's own name, the default source's
@@ -35,13 +36,6 @@ SOURCE_SCOPED: frozenset[str] = frozenset({"standard"})
 # The providers whose sources hold an API key (STRIPE_<NAME>_API_KEY, ...); GitHub's hold
 # a token and hooks instead.
 API_KEY_PROVIDERS = ("stripe", "paddle")
-
-
-class EventKind(StrEnum):
-    """What a Stripe source receives: full events, or thin ones (an event destination)."""
-
-    SNAPSHOT = "snapshot"
-    THIN = "thin"
 
 
 class Livemode(StrEnum):

@@ -26,6 +26,7 @@ from werkzeug.datastructures import Headers
 
 from shared.errors import InvalidPayload, InvalidSignature
 from shared.providers import PROVIDERS, github, paddle, shopify, slack, standard, stripe
+from shared.sources import Source
 
 NOW = int(time.time())
 TOLERANCE = 300
@@ -77,7 +78,8 @@ class Scheme:
 
     def verify(self, body: bytes, headers: Headers, secrets: tuple[str, ...] | None = None):
         secrets = (self.key,) if secrets is None else secrets
-        return self.module.verify(body, headers, secrets, TOLERANCE, NOW)
+        return self.module.verify(body, headers, Source(self.name, self.name, secrets), TOLERANCE,
+                                  NOW)
 
     @property
     def name(self) -> str:
@@ -562,11 +564,15 @@ def test_slack_event_type_comes_from_the_inner_event() -> None:
     assert scheme.verify(body, scheme.sign(body, [scheme.key])).event_type == "unknown"
 
 
+def keyed(key: str) -> Source:
+    return Source("standard", "standard", (key,))
+
+
 def test_standard_tolerance_wider_than_the_library_window() -> None:
     # The library's own verify() only allows 5 minutes against the wall clock.
     scheme = _standard()
     headers = scheme.sign(scheme.body, [scheme.key], NOW - 3000)
-    delivery = standard.verify(scheme.body, headers, (scheme.key,), 3600, NOW)
+    delivery = standard.verify(scheme.body, headers, keyed(scheme.key), 3600, NOW)
     assert delivery.event_id == STANDARD_ID
 
 
@@ -574,16 +580,16 @@ def test_standard_tolerance_narrower_than_the_library_window() -> None:
     scheme = _standard()
     headers = scheme.sign(scheme.body, [scheme.key], NOW - 120)
     with pytest.raises(InvalidSignature):
-        standard.verify(scheme.body, headers, (scheme.key,), 60, NOW)
+        standard.verify(scheme.body, headers, keyed(scheme.key), 60, NOW)
 
 
 def test_standard_uses_the_given_now_not_the_wall_clock() -> None:
     scheme = _standard()
     later = NOW + 3 * 86_400
     headers = scheme.sign(scheme.body, [scheme.key], later)
-    assert standard.verify(scheme.body, headers, (scheme.key,), TOLERANCE, later).event_id
+    assert standard.verify(scheme.body, headers, keyed(scheme.key), TOLERANCE, later).event_id
     with pytest.raises(InvalidSignature):
-        standard.verify(scheme.body, headers, (scheme.key,), TOLERANCE, NOW)
+        standard.verify(scheme.body, headers, keyed(scheme.key), TOLERANCE, NOW)
 
 
 def test_standard_webhook_id_is_part_of_the_signature() -> None:
@@ -633,7 +639,7 @@ def test_slack_and_paddle_timestamps_are_plain_digits_even_when_signed(spelling:
     paddle_headers = Headers({"Paddle-Signature": f"ts={ts};h1={paddle_digest}"})
     for module, headers in ((slack, slack_headers), (paddle, paddle_headers)):
         with pytest.raises(InvalidSignature):
-            module.verify(body, headers, ("k",), TOLERANCE, NOW)
+            module.verify(body, headers, Source(module.name, module.name, ("k",)), TOLERANCE, NOW)
 
 
 # Round trip: the project's sign() produces what its verify() accepts (used by
