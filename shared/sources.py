@@ -38,6 +38,11 @@ SOURCE_SCOPED: frozenset[str] = frozenset({"standard"})
 API_KEY_PROVIDERS = ("stripe", "paddle")
 
 
+# How the outcome of a job whose event's livemode its source refused begins (the worker
+# writes it): done with no effect by design, which the audits of effects leave out.
+LIVEMODE_REFUSED = "no effect: livemode"
+
+
 class Livemode(StrEnum):
     """Which of a Stripe source's events take effect (by the event's `livemode`)."""
 
