@@ -138,7 +138,7 @@ def _thin_notification(text: str, signature: str, source: Source, tolerance: int
         except ValueError as error:  # JSON, and "not a thin event notification"
             raise InvalidPayload(f"not a Stripe thin event: {_first_sentence(error)}"
                                  ) from None
-        except (KeyError, TypeError, AttributeError, OverflowError) as error:
+        except (KeyError, TypeError, AttributeError, OverflowError, RecursionError) as error:
             raise InvalidPayload(f"not a Stripe thin event: {type(error).__name__} "
                                  f"{_first_sentence(error)}") from None
         return position

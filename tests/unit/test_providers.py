@@ -564,8 +564,8 @@ def test_slack_event_type_comes_from_the_inner_event() -> None:
     assert scheme.verify(body, scheme.sign(body, [scheme.key])).event_type == "unknown"
 
 
-def keyed(key: str) -> Source:
-    return Source("standard", "standard", (key,))
+def keyed(key: str, provider: str = "standard") -> Source:
+    return Source(provider, provider, (key,))
 
 
 def test_standard_tolerance_wider_than_the_library_window() -> None:
@@ -675,4 +675,51 @@ def test_stripe_future_timestamp_is_not_sidestepped_by_reordering_the_header(
     v1 = signed.split(",", 1)[1]
     header = layout.format(v1=v1, now=now, future=future)
     with pytest.raises(InvalidSignature):
-        scheme.verify(body, {"Stripe-Signature": header}, ("whsec_reorder",), 300, now)
+        scheme.verify(body, {"Stripe-Signature": header}, keyed("whsec_reorder", "stripe"), 300,
+                      now)
+
+
+THIN_KEY = "whsec_thin_destination"
+
+
+def _thin_source() -> Source:
+    from shared.sources import EventKind
+
+    return Source("stripe", "thin", (THIN_KEY,), api_key="sk_test_thin", events=EventKind.THIN)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"id": "evt_1", "object": "event", "type": "invoice.paid", "data": {"object": {}}}',
+    b'{"id": "evt_1", "object": "v2.core.event"}',
+    b'{"id": "evt_1", "object": "v2.core.event", "type": "v1.invoice.paid", "created": "x"}',
+    b'{"id": "evt_1", "object": "v2.core.event", "type": "v1.invoice.paid", "created": "x", '
+    b'"context": 5, "related_object": {"id": "in_1", "type": "invoice", "url": "/v1/x"}}',
+    b'"a string"', b"[1, 2]", b"not json", b"[" * 50_000 + b"]" * 50_000,
+    b'{"id": "evt_1", "object": "v2.core.event", "n": 1e5000}',
+], ids=["snapshot", "no-type", "no-related", "bad-context", "string", "list", "not-json",
+        "deep", "inf"])
+def test_a_thin_source_refuses_a_signed_body_that_is_not_a_thin_event_as_bad_payload(
+        body: bytes) -> None:
+    """Signed with the thin source's own secret, so only the library's thin-event parser
+    (or ours, after it) can refuse it: always InvalidPayload (400), never another error."""
+    headers = {"Stripe-Signature": f"t={NOW},v1={_hmac(THIN_KEY, f'{NOW}.'.encode() + body).hex()}"}
+    with pytest.raises(InvalidPayload):
+        stripe.verify(body, headers, _thin_source(), TOLERANCE, NOW)
+
+
+def test_a_thin_source_verifies_under_each_secret_and_keeps_the_body_as_sent() -> None:
+    from dataclasses import replace
+
+    body = (b'{"id": "evt_thin", "object": "v2.core.event", "type": "v1.invoice.paid", '
+            b'"livemode": true, "created": "2026-01-01T00:00:00.000Z", "context": "acct_1", '
+            b'"related_object": {"id": "in_1", "type": "invoice", "url": "/v1/invoices/in_1"}, '
+            b'"amount_decimal": "12.50"}')
+    headers = {"Stripe-Signature": f"t={NOW},v1={_hmac(THIN_KEY, f'{NOW}.'.encode() + body).hex()}"}
+    rotated = replace(_thin_source(), secrets=("whsec_newer", THIN_KEY))
+    delivery = stripe.verify(body, headers, rotated, TOLERANCE, NOW)
+    assert (delivery.event_id, delivery.event_type, delivery.secret_index) == (
+        "evt_thin", "v1.invoice.paid", 1)
+    assert (delivery.account, delivery.livemode) == ("acct_1", True)
+    assert delivery.payload == json.loads(body)
+    with pytest.raises(InvalidSignature):
+        stripe.verify(body, headers, replace(rotated, secrets=("whsec_other",)), TOLERANCE, NOW)
