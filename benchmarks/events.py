@@ -19,6 +19,18 @@ def invoice_body(event_id: str, n: int) -> bytes:
     ).encode()
 
 
+def thin_body(event_id: str) -> bytes:
+    """A Stripe thin `v1.invoice.paid` (an event destination's delivery, Stripe's shape)."""
+    created = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+    invoice = f"in_{event_id[4:]}"
+    return (
+        f'{{"id": "{event_id}", "object": "v2.core.event", "type": "v1.invoice.paid", '
+        f'"livemode": false, "created": "{created}", "context": null, '
+        f'"related_object": {{"id": "{invoice}", "type": "invoice", '
+        f'"url": "/v1/invoices/{invoice}"}}, "reason": null}}'
+    ).encode()
+
+
 def stripe_signature(body: bytes, secret: str, now: float | None = None) -> str:
     """`Stripe-Signature` per Stripe's documented scheme."""
     timestamp = int(time.time() if now is None else now)
@@ -26,10 +38,11 @@ def stripe_signature(body: bytes, secret: str, now: float | None = None) -> str:
     return f"t={timestamp},v1={mac.hexdigest()}"
 
 
-def signed_delivery(prefix: str, n: int, secret: str) -> tuple[str, bytes, dict[str, str]]:
-    """(event id, body, headers) of the n-th unique event of a run."""
+def signed_delivery(prefix: str, n: int, secret: str,
+                    thin: bool = False) -> tuple[str, bytes, dict[str, str]]:
+    """(event id, body, headers) of the n-th unique event of a run (thin: a thin event)."""
     event_id = f"evt_{prefix}_{n}"
-    body = invoice_body(event_id, n)
+    body = thin_body(event_id) if thin else invoice_body(event_id, n)
     headers = {"Content-Type": "application/json",
                "Stripe-Signature": stripe_signature(body, secret)}
     return event_id, body, headers

@@ -3,7 +3,9 @@ delivery through the Flask app with one source configured and with twenty (the d
 source and nineteen named ones), in one process against the benchmark's own database
 (real Postgres, real Redis). The route finds a delivery's source in a dict built once,
 so the number of sources should not show; the deliveries of the twenty-source run go to
-the last named source.
+the last named source. A third run, alternated with the two, posts thin events to a thin
+destination among the twenty, which the `stripe` library's thin-event parser verifies
+(shared/providers/stripe.py): what that parse adds per delivery.
 
 Saves to results/history/DATE-COMMIT-sources.json.
 """
@@ -26,6 +28,7 @@ from benchmarks.ingest_profile import _cpu_ms, _wsgi_call
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAMED = 19
+THIN = f"s{NAMED - 2}"  # the thin destination among the named sources
 
 
 def _environ(path: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
@@ -40,16 +43,20 @@ def _named_env() -> dict[str, str]:
     env = {"STRIPE_SOURCES": ",".join(names)}
     env.update({f"STRIPE_{name.upper()}_WEBHOOK_SECRET": f"{stack.STRIPE_SECRET}_{name}"
                 for name in names})
+    env.update({f"STRIPE_{THIN.upper()}_EVENTS": "thin",
+                f"STRIPE_{THIN.upper()}_API_KEY": "sk_test_benchmark_thin"})
     return env
 
 
-def _run(env: dict[str, str], path: str, secret: str, run: str, requests: int) -> float:
+def _run(env: dict[str, str], path: str, secret: str, run: str, requests: int,
+         thin: bool = False) -> float:
     from ingest.app import create_app
     from shared.settings import Settings
 
     app = create_app(Settings.from_env({**os.environ, **env}))
     calls = [_wsgi_call(app, _environ(path, body, headers))
-             for _, body, headers in (signed_delivery(run, n, secret) for n in range(requests))]
+             for _, body, headers in (signed_delivery(run, n, secret, thin)
+                                      for n in range(requests))]
     return _cpu_ms(calls)
 
 
@@ -63,13 +70,16 @@ def measure(requests: int, rounds: int) -> dict[str, list[float]]:
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(stream)
     last = f"s{NAMED - 1}"
-    found: dict[str, list[float]] = {"1 source": [], "20 sources": []}
+    found: dict[str, list[float]] = {"1 source": [], "20 sources": [], "20, thin": []}
     for turn in range(rounds):  # alternated, so that the machine's load hits both alike
         found["1 source"].append(round(_run(
             {}, "/webhooks/stripe", stack.STRIPE_SECRET, f"one{turn}", requests), 4))
         found["20 sources"].append(round(_run(
             _named_env(), f"/webhooks/stripe/{last}", f"{stack.STRIPE_SECRET}_{last}",
             f"twenty{turn}", requests), 4))
+        found["20, thin"].append(round(_run(
+            _named_env(), f"/webhooks/stripe/{THIN}", f"{stack.STRIPE_SECRET}_{THIN}",
+            f"thin{turn}", requests, thin=True), 4))
     return found
 
 

@@ -194,7 +194,7 @@ def _verified_delivery(source: Source) -> tuple[bytes, Delivery]:
     module = providers.PROVIDERS[source.provider]  # a configured source's provider exists
     body = _read_body(settings.max_body_bytes)
     delivery: Delivery = module.verify(
-        body, request.headers, source.secrets, settings.tolerance_seconds, time.time()
+        body, request.headers, source, settings.tolerance_seconds, time.time()
     )
     return body, delivery
 

@@ -26,6 +26,7 @@ from shared import variables as v
 from shared.errors import MissingVariable
 from shared.providers import PROVIDERS
 from shared.providers.base import Provider
+from shared.providers.stripe import EventKind as EventKind  # Stripe's vocabulary
 
 NAME = re.compile(r"[a-z][a-z0-9]{0,31}")
 RESERVED = ("default",)  # besides the provider's own name, the default source's
@@ -37,11 +38,9 @@ SOURCE_SCOPED: frozenset[str] = frozenset({"standard"})
 API_KEY_PROVIDERS = ("stripe", "paddle")
 
 
-class EventKind(StrEnum):
-    """What a Stripe source receives: full events, or thin ones (an event destination)."""
-
-    SNAPSHOT = "snapshot"
-    THIN = "thin"
+# How the outcome of a job whose event's livemode its source refused begins (the worker
+# writes it): done with no effect by design, which the audits of effects leave out.
+LIVEMODE_REFUSED = "no effect: livemode"
 
 
 class Livemode(StrEnum):

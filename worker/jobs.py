@@ -254,7 +254,7 @@ def _refused(settings: Settings, row: ClaimedJob) -> _Applied | None:
     source = sources.registry(settings).get(row.provider, row.source)
     if source is None or source.livemode.accepts(row.livemode):
         return None
-    outcome = (f"no effect: livemode {str(row.livemode).lower()} refused by source "
+    outcome = (f"{sources.LIVEMODE_REFUSED} {str(row.livemode).lower()} refused by source "
                f"{source.label} (livemode {source.livemode})")
     log.debug("event's livemode refused by its source, no effect",
              extra={**_log_fields(row), "source": source.label, "livemode": row.livemode,

@@ -15,10 +15,13 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shared import payloads
 from shared.errors import InvalidPayload, InvalidSignature
+
+if TYPE_CHECKING:  # shared.sources reads the providers' records
+    from shared.sources import Source
 
 MAX_ID_LENGTH = 255
 
@@ -95,9 +98,12 @@ class Provider(Protocol):
     def EVENT_TYPE(self) -> str:
         """Where the event type is read, in Markdown."""
 
-    def verify(self, body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int,
+    def verify(self, body: bytes, headers: Headers, source: Source, tolerance: int,
                now: float) -> Delivery:
-        """The delivery, or InvalidSignature / InvalidPayload."""
+        """The delivery, or InvalidSignature / InvalidPayload, verified against the source's
+        own secrets only (`source.secrets`, the first that matches): a delivery signed for
+        another source of the provider fails. The one call of every route; what else of
+        the source a scheme reads (a Stripe source's kind of events) is the provider's."""
 
     def sign(self, body: bytes, secret: str, now: float) -> dict[str, str]:
         """The headers that sign `body` with `secret` (`webhooks send`, the tests)."""

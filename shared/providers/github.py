@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from typing import TYPE_CHECKING
 
 from shared.providers.base import (
     Delivery,
@@ -22,6 +23,9 @@ from shared.providers.base import (
     parse_object,
     require_id,
 )
+
+if TYPE_CHECKING:
+    from shared.sources import Source
 
 name = "github"
 TITLE = "GitHub"
@@ -37,9 +41,9 @@ SIGNATURE = HmacScheme("X-Hub-Signature-256", hex_digest, prefix="sha256=")
 
 
 def verify(
-    body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
+    body: bytes, headers: Headers, source: Source, tolerance: int, now: float
 ) -> Delivery:
-    index = SIGNATURE.verify(secrets, body, [header(headers, SIGNATURE.header).strip()])
+    index = SIGNATURE.verify(source.secrets, body, [header(headers, SIGNATURE.header).strip()])
     payload = parse_object(body)
     return Delivery(
         event_id=require_id(headers.get("X-GitHub-Delivery"), "X-GitHub-Delivery"),

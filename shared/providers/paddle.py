@@ -6,6 +6,8 @@ several configured: any `h1` made with any configured secret is valid.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shared.errors import InvalidSignature
 from shared.providers.base import (
     Delivery,
@@ -20,6 +22,9 @@ from shared.providers.base import (
     require_id,
 )
 
+if TYPE_CHECKING:
+    from shared.sources import Source
+
 name = "paddle"
 TITLE = "Paddle Billing"
 SECRET_VARIABLE = "PADDLE_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
@@ -33,11 +38,11 @@ SIGNATURE = HmacScheme("Paddle-Signature", hex_digest)
 
 
 def verify(
-    body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
+    body: bytes, headers: Headers, source: Source, tolerance: int, now: float
 ) -> Delivery:
     timestamp, signatures = _parse(header(headers, SIGNATURE.header))
     check_timestamp(timestamp, tolerance, now)
-    index = SIGNATURE.verify(secrets, timestamp.encode() + b":" + body, signatures)
+    index = SIGNATURE.verify(source.secrets, timestamp.encode() + b":" + body, signatures)
     payload = parse_object(body)
     return Delivery(
         event_id=require_id(payload.get("event_id"), "event id"),

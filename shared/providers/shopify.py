@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from typing import TYPE_CHECKING
 
 from shared.providers.base import (
     Delivery,
@@ -23,6 +24,9 @@ from shared.providers.base import (
     parse_object,
     require_id,
 )
+
+if TYPE_CHECKING:
+    from shared.sources import Source
 
 name = "shopify"
 TITLE = "Shopify"
@@ -42,11 +46,11 @@ SIGNATURE = HmacScheme("X-Shopify-Hmac-Sha256", base64_digest)
 
 
 def verify(
-    body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
+    body: bytes, headers: Headers, source: Source, tolerance: int, now: float
 ) -> Delivery:
     prefix = "X-" if headers.get(SIGNATURE.header) else ""
     signature = header(headers, f"{prefix}Shopify-Hmac-Sha256").strip()
-    index = SIGNATURE.verify(secrets, body, [signature])
+    index = SIGNATURE.verify(source.secrets, body, [signature])
     payload = parse_object(body)
     webhook_id = f"{prefix}Shopify-Webhook-Id"
     return Delivery(

@@ -8,7 +8,7 @@ A verified `url_verification` request is answered with its challenge, never reco
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.errors import InvalidPayload, InvalidSignature
 from shared.providers.base import (
@@ -24,6 +24,9 @@ from shared.providers.base import (
     require_id,
 )
 
+if TYPE_CHECKING:
+    from shared.sources import Source
+
 name = "slack"
 TITLE = "Slack Events API"
 SECRET_VARIABLE = "SLACK_SIGNING_SECRET"  # noqa: S105 - the name of the variable
@@ -37,7 +40,7 @@ SIGNATURE = HmacScheme("X-Slack-Signature", hex_digest, prefix="v0=")
 
 
 def verify(
-    body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
+    body: bytes, headers: Headers, source: Source, tolerance: int, now: float
 ) -> Delivery:
     signature = header(headers, SIGNATURE.header).strip()
     timestamp = header(headers, "X-Slack-Request-Timestamp").strip()
@@ -45,7 +48,7 @@ def verify(
     if not (timestamp.isascii() and timestamp.isdigit()):
         raise InvalidSignature("X-Slack-Request-Timestamp is not a number")
     check_timestamp(timestamp, tolerance, now)
-    index = SIGNATURE.verify(secrets, _message(timestamp, body), [signature])
+    index = SIGNATURE.verify(source.secrets, _message(timestamp, body), [signature])
     payload = parse_object(body)
     if payload.get("type") == "url_verification":
         return _challenge(payload, index)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook
 
@@ -36,6 +37,9 @@ from shared.providers.base import (
     require_id,
 )
 
+if TYPE_CHECKING:
+    from shared.sources import Source
+
 name = "standard"
 TITLE = "Standard Webhooks (Svix, Resend, Clerk)"
 SECRET_VARIABLE = "STANDARD_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
@@ -49,7 +53,7 @@ EVENT_TYPE = "body `type`"
 
 
 def verify(
-    body: bytes, headers: Headers, secrets: tuple[str, ...], tolerance: int, now: float
+    body: bytes, headers: Headers, source: Source, tolerance: int, now: float
 ) -> Delivery:
     id_name, timestamp_name, signature_name = _family(headers)
     message_id = header(headers, id_name)
@@ -64,7 +68,7 @@ def verify(
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidSignature("body is not UTF-8") from None
-    index = first_match(_expected(message_id, int(timestamp), text, secrets), given)
+    index = first_match(_expected(message_id, int(timestamp), text, source.secrets), given)
     if index is None:
         raise InvalidSignature(f"no {signature_name} matches a configured secret")
     payload = parse_object(body)

@@ -39,10 +39,11 @@ Planned = tuple[int, Event, float | None]
 
 
 def post(session: requests.Session, base_url: str, index: int, event: Event) -> Answer:
-    headers = delivery_headers(event.provider, event.body, event.event_id, event.event_type)
+    headers = delivery_headers(event.provider, event.body, event.event_id, event.event_type,
+                               event.secret)
     started = time.time()
     try:
-        response = session.post(f"{base_url}/webhooks/{event.provider}", data=event.body,
+        response = session.post(f"{base_url}{event.path}", data=event.body,
                                 headers=headers, timeout=30)
     except requests.RequestException as error:
         return Answer(index, event.key, 0, None, None, started, time.time(),

@@ -54,6 +54,9 @@ def flag(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def env(database_url: str, redis_url: str, flag: Path) -> dict[str, str]:
     return {"DATABASE_URL": database_url, "BROKER_URL": redis_url, "CONSOLE_USER": USER,
             "CONSOLE_PASSWORD": PASSWORD, "WEBHOOK_HANDLERS": "tests.acceptance.console_handlers",
+            # The sources the overview lists from the start (a Connect endpoint among them).
+            "STRIPE_WEBHOOK_SECRET": "whsec_console_platform", "STRIPE_SOURCES": "connect",
+            "STRIPE_CONNECT_WEBHOOK_SECRET": "whsec_console_connect", "STRIPE_CONNECT_CONNECT": "1",
             "CONSOLE_TEST_FLAG": str(flag), "JOB_MAX_ATTEMPTS": "1",
             "JOB_RETRY_BASE_SECONDS": "0", "WORKER_METRICS_PORT": "0", "PYTHONPATH": str(ROOT)}
 
@@ -257,9 +260,7 @@ def test_pause_one_source_from_the_overview_while_the_others_run_then_resume(
         page: Any, console: str, worker: None, engine: Engine, database_url: str,
         redis_url: str) -> None:
     kind = f"test.console_pause_{secrets.token_hex(3)}"  # no handler: done, no effect
-    factories.insert_event_and_job(engine, invoice_event(kind), source="connect",
-                                   status="done")  # the source is listed
-    page.goto(f"{console}/")
+    page.goto(f"{console}/")  # stripe/connect is configured: listed, with its button
     page.get_by_role("button", name="Pause stripe/connect").click()
     assert "Paused" in page.locator("[role=status]").inner_text()
     held = factories.insert_event_and_job(engine, invoice_event(kind), source="connect")

@@ -25,10 +25,17 @@ class Event:
     event_id: str
     event_type: str
     body: bytes
+    source: str | None = None  # a named source, at /webhooks/<provider>/<source>
+    secret: str | None = None  # its secret; None: the provider's (signing.SECRETS)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.provider, self.event_id)
+
+    @property
+    def path(self) -> str:
+        """Where it is delivered: its source's URL path."""
+        return f"/webhooks/{self.provider}" + (f"/{self.source}" if self.source else "")
 
 
 def _id(prefix: str) -> str:

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ingest.app import create_app
-from shared import db, reconciliation
+from shared import audit, db, reconciliation
 from shared.providers import stripe_budget
 from shared.reconciliation import stripe as stripe_reconciliation
 from shared.settings import Settings
@@ -78,6 +78,8 @@ def test_a_test_mode_event_on_a_live_only_source_is_recorded_done_and_not_credit
     refused = [r for r in caplog.records if "livemode refused" in r.getMessage()]
     assert [(r.event_id, r.job_id is not None) for r in refused] == [  # type: ignore[attr-defined]
         ("evt_test_mode", True)]
+    # The refused event's job is done with no effect by design: the audit holds.
+    assert audit.audit(clean_db).violations == []
     # Delivered again, the live event is a duplicate: still credited once.
     deliver_connect(client, "evt_live_mode", livemode=True)
     jobs.process_batch(clean_db, live_connect)

@@ -491,6 +491,39 @@ def test_the_overview_counts_per_provider_and_charts_24_hours(client: FlaskClien
     assert "3 in all" in html
 
 
+def test_the_overview_lists_every_configured_source_before_its_first_event(
+        clean_db: Engine, broker: StubBroker, settings: Settings) -> None:
+    """A new Connect endpoint, configured but with no rows yet, is listed with zeros and
+    its Pause button; pressing it pauses that source alone. Without the registry the
+    overview would show only the sources that have rows."""
+    from shared import pausing
+    from webhooks.console.app import create_app
+
+    configured = Settings.from_env({
+        "DATABASE_URL": settings.database_url or "", "BROKER_URL": settings.broker_url or "",
+        "STRIPE_WEBHOOK_SECRET": "whsec_platform", "STRIPE_SOURCES": "connect",
+        "STRIPE_CONNECT_WEBHOOK_SECRET": "whsec_connect", "STRIPE_CONNECT_CONNECT": "1",
+        "GITHUB_WEBHOOK_SECRET": "github-secret"})
+    factories.insert_event_and_job(clean_db, {"id": "gh_only", "type": "push"}, "github")
+    app = create_app(configured, ConsoleSettings(password=PASSWORD), threads=1)
+    with app.test_client() as client:
+        html = get(client, "/").get_data(as_text=True)
+        rows = re.findall(r"<tr>\s*<td><a [^>]*>([\w/]+)</a></td>(.*?)</tr>", html, re.S)
+        cells = {name: re.findall(r'<td[^>]*>(?:<a [^>]*>)?([^<]*)', rest)
+                 for name, rest in rows}
+        assert sorted(cells) == ["github", "stripe", "stripe/connect"]
+        assert cells["stripe/connect"][:6] == ["0", "0", "0", "0", "0", "no"]
+        assert cells["github"][:2] == ["1", "0"]
+        assert 'aria-label="Pause stripe/connect"' in html
+        response = post(client, "/sources/stripe/connect/pause", {"csrf_token": token_in(html)})
+        assert response.status_code == 303
+        html = get(client, "/").get_data(as_text=True)
+    assert 'aria-label="Resume stripe/connect"' in html
+    assert 'aria-label="Pause stripe"' in html  # the platform's source runs on
+    with clean_db.connect() as conn:
+        assert [p.label for p in pausing.paused(conn)] == ["stripe/connect"]
+
+
 def test_mounted_under_a_prefix_every_link_and_form_stays_under_it(
         clean_db: Engine, broker: StubBroker) -> None:
     event = factories.stripe_event("invoice.paid", factories.invoice(), event_id="evt/pre")

@@ -272,3 +272,103 @@ def test_thin_reconciliation_lists_v2_events_and_records_each_once(
     while rows(clean_db, "SELECT count(*) FROM jobs WHERE status = 'pending'")[0][0]:
         jobs.process_batch(clean_db, thin_settings)
     assert rows(clean_db, "SELECT sum(amount), count(*) FROM ledger_entries") == [(510, 5)]
+
+
+# --- a thin source's deliveries, verified by the library's thin-event parser ----------
+
+DEST_NEW, DEST_OLD = "whsec_destination_new", "whsec_destination_old"
+
+
+@pytest.fixture()
+def destination(thin_settings: Settings, fake: FakeProviderApis) -> Settings:
+    """The platform's snapshot endpoint (`stripe`) beside a thin-event destination
+    (`stripe/dest`) whose secret is being rotated (new, old)."""
+    return Settings.from_env({
+        "DATABASE_URL": thin_settings.database_url or "",
+        "BROKER_URL": thin_settings.broker_url or "", "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET,
+        "JOB_RETRY_BASE_SECONDS": "0", "STRIPE_API_BASE": fake.url, "STRIPE_SOURCES": "dest",
+        "STRIPE_DEST_WEBHOOK_SECRET": f"{DEST_NEW},{DEST_OLD}", "STRIPE_DEST_EVENTS": "thin",
+        "STRIPE_DEST_API_KEY": STRIPE_KEY})
+
+
+def deliver(settings: Settings, path: str, body: bytes, secret: str,
+            timestamp: int | None = None) -> Any:
+    return create_app(settings).test_client().post(path, data=body, headers={
+        "Stripe-Signature": factories.stripe_signature(body, secret, timestamp)})
+
+
+def test_the_library_parses_a_thin_destinations_delivery_under_each_secret(
+        fake: FakeProviderApis, clean_db: Engine, destination: Settings,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verified by `StripeClient.parse_event_notification` (spied on), under the old secret
+    of a rotation too, and recorded exactly as sent, with its context as the account."""
+    from shared.providers import stripe as stripe_provider
+
+    calls: list[str] = []
+    parse = stripe.StripeClient.parse_event_notification
+
+    def spy(self: stripe.StripeClient, raw: Any, header: Any, secret: Any,
+            tolerance: int = 300) -> Any:
+        calls.append(secret)
+        return parse(self, raw, header, secret, tolerance)
+
+    monkeypatch.setattr(stripe.StripeClient, "parse_event_notification", spy)
+    stripe_provider._thin_parser.cache_clear()
+    sent = json.dumps(thin_invoice_paid(fake, invoice("in_dest"), event_id="evt_dest",
+                                        context="acct_dest"), indent=1).encode()
+    response = deliver(destination, "/webhooks/stripe/dest", sent, DEST_OLD)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert calls == [DEST_NEW, DEST_OLD]
+    assert rows(clean_db, "SELECT source, account, livemode, payload FROM webhook_events") == [
+        ("dest", "acct_dest", False, json.loads(sent))]
+    assert deliver(destination, "/webhooks/stripe/dest", sent, STRIPE_SECRET).status_code == 400
+    assert deliver(destination, "/webhooks/stripe", sent, DEST_NEW).status_code == 400
+    jobs.process_batch(clean_db, destination)
+    assert rows(clean_db, "SELECT status FROM jobs") == [("done",)]
+    assert rows(clean_db, "SELECT customer_id, amount FROM ledger_entries") == [("cus_thin", 2500)]
+
+
+def test_a_thin_source_refuses_what_is_not_a_thin_event_and_a_future_timestamp(
+        fake: FakeProviderApis, clean_db: Engine, destination: Settings) -> None:
+    """A snapshot event signed for the destination is refused (400, nothing written): the
+    parser says it is not a thin event, and recorded it would never be fetched. So are a
+    thin event without its related object and a timestamp ahead of the tolerance, which
+    the library alone would accept."""
+    snapshot = provider_events.stripe_event("invoice.paid", invoice("in_snap"),
+                                            event_id="evt_snap", created=int(NOW.timestamp()))
+    thin = thin_invoice_paid(fake, invoice("in_dest2"), event_id="evt_dest2")
+    no_related = {key: value for key, value in thin.items() if key != "related_object"}
+    ahead = int(NOW.timestamp()) + destination.tolerance_seconds + 60
+    refused = [
+        deliver(destination, "/webhooks/stripe/dest", json.dumps(snapshot).encode(), DEST_NEW),
+        deliver(destination, "/webhooks/stripe/dest", json.dumps(no_related).encode(), DEST_NEW),
+        deliver(destination, "/webhooks/stripe/dest", b"[1, 2]", DEST_NEW),
+        deliver(destination, "/webhooks/stripe/dest", json.dumps(thin).encode(), DEST_NEW,
+                timestamp=ahead)]
+    assert [response.status_code for response in refused] == [400, 400, 400, 400]
+    assert "not a Stripe thin event" in refused[0].get_data(as_text=True)
+    assert rows(clean_db, "SELECT count(*) FROM webhook_events") == [(0,)]
+    # The snapshot endpoint takes the same snapshot event.
+    assert deliver(destination, "/webhooks/stripe", json.dumps(snapshot).encode(),
+                   STRIPE_SECRET).status_code == 200
+
+
+def test_a_thin_event_at_a_snapshot_source_without_an_api_key_fails_saying_why(
+        fake: FakeProviderApis, clean_db: Engine, settings: Settings) -> None:
+    """Signed with the snapshot source's own secret, it is Stripe's: recorded as sent.
+    Its job cannot fetch it without the source's API key, so it fails at once (no retry
+    can help), nothing applied, the reason in last_error. (With the key, it is fetched
+    and credited: test_a_signed_thin_delivery_is_recorded_by_the_ingest_...)"""
+    handlers.load(settings)
+    keyless = Settings.from_env({"DATABASE_URL": settings.database_url or "",
+                                 "BROKER_URL": settings.broker_url or "",
+                                 "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET,
+                                 "STRIPE_API_BASE": fake.url, "JOB_MAX_ATTEMPTS": "5"})
+    body = json.dumps(thin_invoice_paid(fake, invoice("in_nokey"), event_id="evt_nokey")).encode()
+    assert deliver(keyless, "/webhooks/stripe", body, STRIPE_SECRET).status_code == 200
+    jobs.process_batch(clean_db, keyless)
+    status, attempts, error = rows(clean_db, "SELECT status, attempts, last_error FROM jobs")[0]
+    assert (status, attempts) == ("failed", 1)
+    assert "needs its API key" in error
+    assert rows(clean_db, "SELECT count(*) FROM ledger_entries") == [(0,)]
+    assert fake.state.stripe_headers == []

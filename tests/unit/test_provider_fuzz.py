@@ -26,6 +26,7 @@ from werkzeug.datastructures import Headers
 from shared.errors import InvalidPayload, InvalidSignature
 from shared.providers import PROVIDERS
 from shared.providers.base import Delivery
+from shared.sources import Source
 
 NOW = int(time.time())
 TOLERANCE = 300
@@ -124,7 +125,8 @@ def test_random_requests_are_only_ever_refused(provider: str) -> None:
     @given(body=bodies, values=values)
     def check(body: bytes, values: dict[str, Any]) -> None:
         try:
-            module.verify(body, _headers(values), SECRETS[provider], TOLERANCE, NOW)
+            module.verify(body, _headers(values), Source(provider, provider, SECRETS[provider]),
+                          TOLERANCE, NOW)
         except (InvalidSignature, InvalidPayload):
             pass
 
@@ -191,7 +193,8 @@ def test_signed_random_bodies_are_delivered_or_refused_as_payload(provider: str)
                 return
         headers = _headers({**values, **SIGNERS[provider](body, secret, message_id)})
         try:
-            delivery = module.verify(body, headers, SECRETS[provider], TOLERANCE, NOW)
+            delivery = module.verify(body, headers, Source(provider, provider, SECRETS[provider]),
+                                     TOLERANCE, NOW)
         except InvalidPayload:
             return
         assert isinstance(delivery, Delivery)

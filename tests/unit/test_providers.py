@@ -26,6 +26,7 @@ from werkzeug.datastructures import Headers
 
 from shared.errors import InvalidPayload, InvalidSignature
 from shared.providers import PROVIDERS, github, paddle, shopify, slack, standard, stripe
+from shared.sources import Source
 
 NOW = int(time.time())
 TOLERANCE = 300
@@ -77,7 +78,8 @@ class Scheme:
 
     def verify(self, body: bytes, headers: Headers, secrets: tuple[str, ...] | None = None):
         secrets = (self.key,) if secrets is None else secrets
-        return self.module.verify(body, headers, secrets, TOLERANCE, NOW)
+        return self.module.verify(body, headers, Source(self.name, self.name, secrets), TOLERANCE,
+                                  NOW)
 
     @property
     def name(self) -> str:
@@ -562,11 +564,15 @@ def test_slack_event_type_comes_from_the_inner_event() -> None:
     assert scheme.verify(body, scheme.sign(body, [scheme.key])).event_type == "unknown"
 
 
+def keyed(key: str, provider: str = "standard") -> Source:
+    return Source(provider, provider, (key,))
+
+
 def test_standard_tolerance_wider_than_the_library_window() -> None:
     # The library's own verify() only allows 5 minutes against the wall clock.
     scheme = _standard()
     headers = scheme.sign(scheme.body, [scheme.key], NOW - 3000)
-    delivery = standard.verify(scheme.body, headers, (scheme.key,), 3600, NOW)
+    delivery = standard.verify(scheme.body, headers, keyed(scheme.key), 3600, NOW)
     assert delivery.event_id == STANDARD_ID
 
 
@@ -574,16 +580,16 @@ def test_standard_tolerance_narrower_than_the_library_window() -> None:
     scheme = _standard()
     headers = scheme.sign(scheme.body, [scheme.key], NOW - 120)
     with pytest.raises(InvalidSignature):
-        standard.verify(scheme.body, headers, (scheme.key,), 60, NOW)
+        standard.verify(scheme.body, headers, keyed(scheme.key), 60, NOW)
 
 
 def test_standard_uses_the_given_now_not_the_wall_clock() -> None:
     scheme = _standard()
     later = NOW + 3 * 86_400
     headers = scheme.sign(scheme.body, [scheme.key], later)
-    assert standard.verify(scheme.body, headers, (scheme.key,), TOLERANCE, later).event_id
+    assert standard.verify(scheme.body, headers, keyed(scheme.key), TOLERANCE, later).event_id
     with pytest.raises(InvalidSignature):
-        standard.verify(scheme.body, headers, (scheme.key,), TOLERANCE, NOW)
+        standard.verify(scheme.body, headers, keyed(scheme.key), TOLERANCE, NOW)
 
 
 def test_standard_webhook_id_is_part_of_the_signature() -> None:
@@ -633,7 +639,7 @@ def test_slack_and_paddle_timestamps_are_plain_digits_even_when_signed(spelling:
     paddle_headers = Headers({"Paddle-Signature": f"ts={ts};h1={paddle_digest}"})
     for module, headers in ((slack, slack_headers), (paddle, paddle_headers)):
         with pytest.raises(InvalidSignature):
-            module.verify(body, headers, ("k",), TOLERANCE, NOW)
+            module.verify(body, headers, Source(module.name, module.name, ("k",)), TOLERANCE, NOW)
 
 
 # Round trip: the project's sign() produces what its verify() accepts (used by
@@ -669,4 +675,51 @@ def test_stripe_future_timestamp_is_not_sidestepped_by_reordering_the_header(
     v1 = signed.split(",", 1)[1]
     header = layout.format(v1=v1, now=now, future=future)
     with pytest.raises(InvalidSignature):
-        scheme.verify(body, {"Stripe-Signature": header}, ("whsec_reorder",), 300, now)
+        scheme.verify(body, {"Stripe-Signature": header}, keyed("whsec_reorder", "stripe"), 300,
+                      now)
+
+
+THIN_KEY = "whsec_thin_destination"
+
+
+def _thin_source() -> Source:
+    from shared.sources import EventKind
+
+    return Source("stripe", "thin", (THIN_KEY,), api_key="sk_test_thin", events=EventKind.THIN)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"id": "evt_1", "object": "event", "type": "invoice.paid", "data": {"object": {}}}',
+    b'{"id": "evt_1", "object": "v2.core.event"}',
+    b'{"id": "evt_1", "object": "v2.core.event", "type": "v1.invoice.paid", "created": "x"}',
+    b'{"id": "evt_1", "object": "v2.core.event", "type": "v1.invoice.paid", "created": "x", '
+    b'"context": 5, "related_object": {"id": "in_1", "type": "invoice", "url": "/v1/x"}}',
+    b'"a string"', b"[1, 2]", b"not json", b"[" * 50_000 + b"]" * 50_000,
+    b'{"id": "evt_1", "object": "v2.core.event", "n": 1e5000}',
+], ids=["snapshot", "no-type", "no-related", "bad-context", "string", "list", "not-json",
+        "deep", "inf"])
+def test_a_thin_source_refuses_a_signed_body_that_is_not_a_thin_event_as_bad_payload(
+        body: bytes) -> None:
+    """Signed with the thin source's own secret, so only the library's thin-event parser
+    (or ours, after it) can refuse it: always InvalidPayload (400), never another error."""
+    headers = {"Stripe-Signature": f"t={NOW},v1={_hmac(THIN_KEY, f'{NOW}.'.encode() + body).hex()}"}
+    with pytest.raises(InvalidPayload):
+        stripe.verify(body, headers, _thin_source(), TOLERANCE, NOW)
+
+
+def test_a_thin_source_verifies_under_each_secret_and_keeps_the_body_as_sent() -> None:
+    from dataclasses import replace
+
+    body = (b'{"id": "evt_thin", "object": "v2.core.event", "type": "v1.invoice.paid", '
+            b'"livemode": true, "created": "2026-01-01T00:00:00.000Z", "context": "acct_1", '
+            b'"related_object": {"id": "in_1", "type": "invoice", "url": "/v1/invoices/in_1"}, '
+            b'"amount_decimal": "12.50"}')
+    headers = {"Stripe-Signature": f"t={NOW},v1={_hmac(THIN_KEY, f'{NOW}.'.encode() + body).hex()}"}
+    rotated = replace(_thin_source(), secrets=("whsec_newer", THIN_KEY))
+    delivery = stripe.verify(body, headers, rotated, TOLERANCE, NOW)
+    assert (delivery.event_id, delivery.event_type, delivery.secret_index) == (
+        "evt_thin", "v1.invoice.paid", 1)
+    assert (delivery.account, delivery.livemode) == ("acct_1", True)
+    assert delivery.payload == json.loads(body)
+    with pytest.raises(InvalidSignature):
+        stripe.verify(body, headers, replace(rotated, secrets=("whsec_other",)), TOLERANCE, NOW)

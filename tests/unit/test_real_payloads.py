@@ -38,6 +38,7 @@ from werkzeug.datastructures import Headers
 from shared.errors import InvalidPayload, InvalidSignature
 from shared.providers import get
 from shared.providers.base import Delivery
+from shared.sources import Source
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
 TOLERANCE = 300
@@ -50,7 +51,7 @@ def _fixture(provider: str, name: str) -> bytes:
 def _verify(provider: str, body: bytes, headers: Headers, secret: str, now: float) -> Delivery:
     module = get(provider)
     assert module is not None
-    return module.verify(body, headers, (secret,), TOLERANCE, now)
+    return module.verify(body, headers, Source(provider, provider, (secret,)), TOLERANCE, now)
 
 
 def _hmac_sha256(key: bytes, message: bytes) -> bytes:

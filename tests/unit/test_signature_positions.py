@@ -12,6 +12,7 @@ import pytest
 
 from shared.errors import InvalidSignature
 from shared.providers import PROVIDERS, paddle, standard, stripe
+from shared.sources import Source
 
 TOLERANCE = 300
 BODIES = {
@@ -38,7 +39,8 @@ def _verify(module: ModuleType, configured: tuple[str, ...], signed_with: str) -
     now = time.time()
     headers = module.sign(body, _secret(module.name, signed_with), now)
     secrets = tuple(_secret(module.name, name) for name in configured)
-    index: int = module.verify(body, headers, secrets, TOLERANCE, now).secret_index
+    source = Source(module.name, module.name, secrets)
+    index: int = module.verify(body, headers, source, TOLERANCE, now).secret_index
     return index
 
 
@@ -60,7 +62,7 @@ def test_slack_url_verification_carries_the_position() -> None:
     now = time.time()
     headers = module.sign(body, _secret("slack", OLD), now)
     secrets = (_secret("slack", NEW), _secret("slack", OLD))
-    delivery = module.verify(body, headers, secrets, TOLERANCE, now)
+    delivery = module.verify(body, headers, Source("slack", "slack", secrets), TOLERANCE, now)
     assert delivery.reply == {"challenge": "c"} and delivery.secret_index == 1
 
 
@@ -86,7 +88,8 @@ def test_several_signatures_count_the_first_configured_secret(module: ModuleType
     headers = _signed_by_both(module, body, now)
     for configured, expected in (((NEW, OLD), 0), ((OLD, NEW), 0), ((OTHER, NEW), 1)):
         secrets = tuple(_secret(module.name, name) for name in configured)
-        assert module.verify(body, headers, secrets, TOLERANCE, now).secret_index == expected
+        source = Source(module.name, module.name, secrets)
+        assert module.verify(body, headers, source, TOLERANCE, now).secret_index == expected
 
 
 def test_a_standard_secret_that_cannot_sign_keeps_its_position() -> None:
@@ -94,4 +97,5 @@ def test_a_standard_secret_that_cannot_sign_keeps_its_position() -> None:
     now = time.time()
     headers = standard.sign(body, _secret("standard", NEW), now)
     secrets = ("whsec_***not base64***", _secret("standard", NEW))
-    assert standard.verify(body, headers, secrets, TOLERANCE, now).secret_index == 1
+    assert standard.verify(body, headers, Source("standard", "standard", secrets), TOLERANCE,
+                           now).secret_index == 1

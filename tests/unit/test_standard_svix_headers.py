@@ -17,6 +17,7 @@ from werkzeug.datastructures import Headers
 
 from shared.errors import InvalidPayload, InvalidSignature
 from shared.providers import standard
+from shared.sources import Source
 
 NOW = 1_760_000_000
 TOLERANCE = 300
@@ -47,7 +48,8 @@ def _webhook(message_id: str = "msg_std", ts: int = NOW, secret: str = SECRET) -
 
 
 def _verify(headers: dict[str, str], now: int = NOW):
-    return standard.verify(BODY, Headers(headers), (SECRET,), TOLERANCE, now)
+    return standard.verify(BODY, Headers(headers), Source("standard", "standard", (SECRET,)),
+                           TOLERANCE, now)
 
 
 def test_svix_family_alone() -> None:

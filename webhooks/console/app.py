@@ -12,7 +12,7 @@ from typing import Any
 
 from flask import Flask
 
-from shared import db, wakeups, wsgi_server
+from shared import db, sources, wakeups, wsgi_server
 from shared.settings import Settings
 from webhooks.console.blueprint import create_blueprint, secure
 from webhooks.console.settings import ConsoleSettings
@@ -28,14 +28,16 @@ def create_app(settings: Settings, console_settings: ConsoleSettings, *,
                threads: int = THREADS) -> Flask:
     """The console alone, at the root of its own app. MissingVariable without
     CONSOLE_PASSWORD or DATABASE_URL. The broker (BROKER_URL, optional here) wakes the
-    workers after a replay or a retry; without it the clock's sweeper does."""
+    workers after a replay or a retry; without it the clock's sweeper does. The overview
+    lists every source the settings configure."""
     console_settings.require_password()
     app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = MAX_FORM_BYTES
     engine = db.create_engine(settings, pool_size=threads)
     broker = wakeups.create_broker(settings) if settings.broker_url else None
     app.register_blueprint(create_blueprint(engine, console_settings, broker=broker,
-                                            hook_modules=settings.handler_modules))
+                                            hook_modules=settings.handler_modules,
+                                            configured=sources.registry(settings)))
     # Answers outside the blueprint's routes (a 404 or 405 for a path it does not serve)
     # carry its headers too; and no redirect that merges slashes, whose Location werkzeug
     # builds from the Host header.

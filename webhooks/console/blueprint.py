@@ -63,11 +63,15 @@ class EventIdConverter(BaseConverter):
 
 def create_blueprint(engine: Engine, settings: ConsoleSettings, *,
                      broker: dramatiq.Broker | None = None,
-                     name: str = "console", hook_modules: Iterable[str] = ()) -> Blueprint:
+                     name: str = "console", hook_modules: Iterable[str] = (),
+                     configured: Iterable[sources.Source] = ()) -> Blueprint:
     """The console for `engine`. MissingVariable if settings has no password. The event
     page shows the effects the hooks registered (shared.hooks) by the built-in modules,
-    `hook_modules` (your WEBHOOK_HANDLERS) and the `webhooks.handlers` entry points."""
-    console = Console(engine, settings, Guard(settings), broker)
+    `hook_modules` (your WEBHOOK_HANDLERS) and the `webhooks.handlers` entry points. The
+    overview lists the `configured` sources (`shared.sources.registry(settings)`) even
+    before their first event, with their Pause buttons; and every source with rows."""
+    console = Console(engine, settings, Guard(settings), broker,
+                      tuple((source.provider, source.name) for source in configured))
     hooks.load(hook_modules)
     blueprint = Blueprint(name, __name__, template_folder="templates",
                           static_folder="static", static_url_path="/console-static")

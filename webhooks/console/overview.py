@@ -1,5 +1,7 @@
-"""`/`: per provider, events received, duplicates, jobs by status, paused or not, the age of
-the oldest due job; and the events of the last 24 hours per hour."""
+"""`/`: per source, events received, duplicates, jobs by status, paused or not, the age of
+the oldest due job; and the events of the last 24 hours per hour. Every configured source
+is listed, with zeros before its first event (a new Connect endpoint, say), so that it can
+be paused before anything arrives."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from flask import Blueprint, render_template
 
 from shared import events
 from webhooks.console import chart
-from webhooks.console.state import reading
+from webhooks.console.state import current, reading
 
 CHART_HOURS = 24
 
@@ -20,7 +22,7 @@ def register(blueprint: Blueprint) -> None:
 
 def show() -> str:
     with reading() as conn:
-        providers = events.overview(conn)
+        providers = events.overview(conn, current().sources)
         hours = events.events_per_hour(conn, CHART_HOURS)
     hours = [(hour.astimezone(UTC), count) for hour, count in hours]
     return render_template("console/overview.html", providers=providers,

@@ -22,12 +22,15 @@ READ_TIMEOUT = "15s"  # a page's queries; a runaway search must not hold a conne
 @dataclass(frozen=True)
 class Console:
     """What the pages need: the database, the broker to wake workers (optional: without
-    it the clock's sweeper picks replayed work up), the settings and the guard."""
+    it the clock's sweeper picks replayed work up), the settings and the guard; and the
+    configured sources, (provider, name), which the overview lists before their first
+    event."""
 
     engine: Engine
     settings: ConsoleSettings
     guard: Guard
     broker: dramatiq.Broker | None = None
+    sources: tuple[tuple[str, str], ...] = ()
 
     def wake_jobs(self, job_ids: list[int]) -> None:
         """Best effort: one wake-up per claim's worth of jobs (each claim takes up to

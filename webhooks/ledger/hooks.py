@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from shared.hooks import Column, Event, Finding, LockKey, Section, audit_check, effects, lock_key
 from shared.models import JobStatus
+from shared.sources import LIVEMODE_REFUSED
 from webhooks.ledger.tables import ledger_entries, subscriptions
 
 PROVIDER = "stripe"
@@ -98,9 +99,13 @@ AccountBalanceMismatch = sa.text("""
     ORDER BY a.customer_id, a.currency
 """)
 
-# The done jobs' credit, the paid invoices with a customer and an amount (credit_invoice's
-# condition), that have no entry of amount_paid, or several: an entry per invoice
-# (UNIQUE entry_key). `:since`: invoices with an event recorded since then.
+# A done job that applied its event: not one whose event's livemode its source refused
+# (a Connect endpoint's test-mode event at a live-only source is done with no effect).
+NOT_REFUSED = f"AND coalesce(j.outcome, '') NOT LIKE '{LIVEMODE_REFUSED}%'"
+
+# The done jobs' credit (NOT_REFUSED), the paid invoices with a customer and an amount
+# (credit_invoice's condition), that have no entry of amount_paid, or several: an entry per
+# invoice (UNIQUE entry_key). `:since`: invoices with an event recorded since then.
 # OFFSET 0 keeps the subquery apart (the planner would inline it): each event's data.object
 # is taken out of its payload once, so a stored (compressed, TOASTed) payload is read once
 # per event, not once for every field a condition reads (benchmarks/audit.py, --explain).
@@ -112,7 +117,7 @@ InvoiceCreditMismatch = sa.text(f"""
               FROM webhook_events e JOIN jobs j USING (provider, source, event_id)
               WHERE e.provider = '{PROVIDER}'
                 AND e.event_type IN ('invoice.paid', 'invoice.payment_succeeded')
-                AND j.status = '{JobStatus.DONE}'
+                AND j.status = '{JobStatus.DONE}' {NOT_REFUSED}
               OFFSET 0) AS o
         WHERE jsonb_typeof(o.obj -> 'customer') = 'string'
           AND jsonb_typeof(o.obj -> 'amount_paid') = 'number'
@@ -139,7 +144,7 @@ RefundTotalMismatch = sa.text(f"""
         FROM (SELECT e.payload #> '{{data,object}}' AS obj, e.received_at
               FROM webhook_events e JOIN jobs j USING (provider, source, event_id)
               WHERE e.provider = '{PROVIDER}' AND e.event_type = 'charge.refunded'
-                AND j.status = '{JobStatus.DONE}'
+                AND j.status = '{JobStatus.DONE}' {NOT_REFUSED}
               OFFSET 0) AS o
         WHERE jsonb_typeof(o.obj -> 'customer') = 'string'
           AND jsonb_typeof(o.obj -> 'amount_refunded') = 'number'
