@@ -96,7 +96,7 @@ def _save(results: dict[str, Any], args: argparse.Namespace, out: Path) -> list[
     if args.smoke:
         return report.save(results, out, "smoke")
     custom = (args.worker_args or args.seconds or args.python_load or args.quota
-              or args.jobs)
+              or args.jobs or args.postgres_share)
     what = args.tag or "-".join(args.only or ()) or ("custom" if custom else "")
     if what or Path(args.code).resolve() != stack.ROOT:
         return report.save_to_history(results, out, what)
@@ -140,7 +140,8 @@ def _run(scenario: str, target: stack.Target, plan: scenarios.Plan,
                                       args.quota or scaleout.SMOKE_QUOTA["cores"],
                                       scaleout.SMOKE_QUOTA["groups"])
         return scaleout.run_quota(target, plan, args.jobs or scaleout.QUOTA_JOBS,
-                                  args.quota or scaleout.QUOTA_CORES)
+                                  args.quota or scaleout.QUOTA_CORES,
+                                  postgres_share=args.postgres_share)
     if scenario == "growth":
         return growth.run(target, plan, growth.SMOKE if args.smoke else growth.Plan())
     return scenarios.servers(target, plan, report.server_candidates())
@@ -172,6 +173,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quota", type=float,
                         help="scaleout-quota: the fraction of a core each worker group may "
                              f"use (default {scaleout.QUOTA_CORES})")
+    parser.add_argument("--postgres-share", action="store_true",
+                        help="scaleout-quota: run the benchmark's Postgres server in a cgroup "
+                             "of high weight (a server of its own only: refused when it "
+                             "holds other databases)")
     parser.add_argument("--jobs", type=int,
                         help=f"scaleout-quota: the backlog (default {scaleout.QUOTA_JOBS:,})")
     parser.add_argument("--search-events", type=int,

@@ -19,13 +19,17 @@ from __future__ import annotations
 import errno
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 PERIOD_US = 100_000  # the kernel's default period: the quota is spent in 100 ms slices
+# The cgroups' weight against the machine's other processes (each weighs 1024): high, so that
+# on a busy machine each group still gets its quota (which caps it), as a host of its own
+# would, and the benchmark's own Postgres (hold()) the cores it asks for.
+SHARES = 16_384
 # The shell that moves itself into the cgroup (its path is $0) and becomes the command.
 JOIN_AND_EXEC = 'echo $$ > "$0" && exec "$@"'
 
@@ -74,10 +78,36 @@ def groups(count: int, cores: float, root: Path = CPU_ROOT) -> Iterator[list[Gro
             made.append(path)
             (path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
             (path / "cpu.cfs_quota_us").write_text(str(quota))
+            (path / "cpu.shares").write_text(str(SHARES))
         yield [Group(path) for path in made]
     finally:
         for path in made:
             remove(path, root)
+
+
+@contextmanager
+def hold(pids: Iterable[int], name: str, root: Path = CPU_ROOT) -> Iterator[Group]:
+    """Running processes (a server's, its first process before the others: those it forks
+    later are born inside) moved into a new cgroup of weight SHARES and no quota, for
+    the block; moved back to the root cgroup at its end, and the cgroup removed."""
+    path = root / f"webhooks-bench-{os.getpid()}-{name}"
+    path.mkdir()
+    try:
+        (path / "cpu.shares").write_text(str(SHARES))
+        for pid in pids:
+            _move(pid, path)
+        yield Group(path)
+    finally:
+        for pid in Group(path).pids():
+            _move(pid, root)
+        remove(path, root)
+
+
+def _move(pid: int, cgroup: Path) -> None:
+    try:
+        (cgroup / "cgroup.procs").write_text(str(pid))
+    except ProcessLookupError:  # it exited meanwhile
+        pass
 
 
 def remove(path: Path, root: Path = CPU_ROOT, timeout: float = 10) -> None:
@@ -95,6 +125,6 @@ def remove(path: Path, root: Path = CPU_ROOT, timeout: float = 10) -> None:
                 raise
             if time.monotonic() > deadline:
                 for pid in Group(path).pids():
-                    (root / "cgroup.procs").write_text(str(pid))
+                    _move(pid, root)
                 deadline, moved = time.monotonic() + 2, True
             time.sleep(0.1)

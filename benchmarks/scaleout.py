@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import sqlalchemy as sa
@@ -62,23 +63,46 @@ def run(target: stack.Target, plan: scenarios.Plan, jobs: int) -> dict[str, Any]
 
 
 def run_quota(target: stack.Target, plan: scenarios.Plan, jobs: int, cores: float,
-              groups: tuple[int, ...] = QUOTA_GROUPS) -> dict[str, Any]:
+              groups: tuple[int, ...] = QUOTA_GROUPS,
+              postgres_share: bool = False) -> dict[str, Any]:
     """run() with each worker group in a cgroup of its own allowed `cores` of a core; a
-    result saying why ("skipped") where cgroups cannot be made."""
+    result saying why ("skipped") where cgroups cannot be made. With `postgres_share`, the
+    benchmark's own Postgres server (refused when it holds anyone else's database) runs in
+    a cgroup of the same high weight and no quota, so that the machine's other work does
+    not take its cores."""
     if reason := quota.unavailable():
         print(f"  skipped: {reason}", flush=True)
         return {"skipped": reason, "quota_cores": cores}
     rows = []
-    for count in groups:
-        stack.reset(target)
-        scenarios.seed_jobs(target, jobs)
-        with quota.groups(count, cores) as cgroups:
-            rows.append(drain(target, jobs, count, plan.worker_args,
-                              label=f"scaleout-quota-{count}g", cgroups=cgroups))
-        print_row(rows[-1])
+    with _postgres_cgroup(target, postgres_share):
+        for count in groups:
+            stack.reset(target)
+            scenarios.seed_jobs(target, jobs)
+            with quota.groups(count, cores) as cgroups:
+                rows.append(drain(target, jobs, count, plan.worker_args,
+                                  label=f"scaleout-quota-{count}g", cgroups=cgroups))
+            print_row(rows[-1])
     stack.reset(target)
+    postgres = (f"not limited, in a cgroup of weight {quota.SHARES} (a server of its own)"
+                if postgres_share else "not limited (the shared server, default weight)")
     return {**_result(plan, jobs, rows, TARGET_QUOTA_TWO_OVER_ONE), "quota_cores": cores,
-            "quota_period_us": quota.PERIOD_US, "postgres": "not limited"}
+            "quota_period_us": quota.PERIOD_US, "quota_shares": quota.SHARES,
+            "postgres": postgres}
+
+
+def _postgres_cgroup(target: stack.Target,
+                     wanted: bool) -> AbstractContextManager[quota.Group | None]:
+    """The benchmark's Postgres server held in a cgroup (quota.hold), when wanted and
+    when the server is the benchmark's alone."""
+    if not wanted:
+        return nullcontext()
+    server = stack.postmaster(target)
+    if server is None:
+        raise RuntimeError("--postgres-share: the benchmark's Postgres is not on this machine")
+    if others := stack.other_databases(target):
+        raise RuntimeError(f"--postgres-share: the server also holds {', '.join(others)}; "
+                           "only a server of the benchmark's own may be moved")
+    return quota.hold([server.pid, *(child.pid for child in server.children())], "postgres")
 
 
 def _result(plan: scenarios.Plan, jobs: int, rows: list[dict[str, Any]],
