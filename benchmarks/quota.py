@@ -26,10 +26,12 @@ from pathlib import Path
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 PERIOD_US = 100_000  # the kernel's default period: the quota is spent in 100 ms slices
-# The cgroups' weight against the machine's other processes (each weighs 1024): high, so that
-# on a busy machine each group still gets its quota (which caps it), as a host of its own
-# would, and the benchmark's own Postgres (hold()) the cores it asks for.
-SHARES = 16_384
+# The cgroups' weight against the machine's other processes (each weighs 1024): four
+# processes' worth, so that on a busy machine each group still gets its quota (which caps
+# it), as a host of its own would, and the benchmark's own Postgres (hold()) the cores it
+# asks for; not so high that the benchmark's own process (the clock's sweep, the polling)
+# and the broker, left in the root cgroup, wait behind them.
+SHARES = 4096
 # The shell that moves itself into the cgroup (its path is $0) and becomes the command.
 JOIN_AND_EXEC = 'echo $$ > "$0" && exec "$@"'
 

@@ -150,6 +150,7 @@ def drain(target: stack.Target, jobs: int, groups: int, worker_args: tuple[str, 
             servers.start()
             started = time.monotonic()
             scenarios._sweep_once(target)
+            swept = time.monotonic() - started
             _wait_none(conn, "jobs", processes, servers, timeout=600, waits=waits)
             seconds = time.monotonic() - started
             cpu = {"workers": sum(process.cpu_seconds() for process in processes)
@@ -173,7 +174,7 @@ def drain(target: stack.Target, jobs: int, groups: int, worker_args: tuple[str, 
     return {
         "groups": groups, "jobs": jobs, "done": done, "failed": failed,
         "seconds": round(seconds, 2), "jobs_per_s": round(jobs / seconds, 1),
-        "emails_sent_after_s": round(emails_seconds, 2),
+        "emails_sent_after_s": round(emails_seconds, 2), "sweep_s": round(swept, 2),
         **{f"{part}_cpu_ms_per_job": round(cpu[part] * 1000 / jobs, 3) if part in cpu else None
            for part, _ in CPU_PARTS},
         **{f"{part}_cores": round(cpu[part] / seconds, 2) if part in cpu else None
@@ -298,8 +299,9 @@ def print_row(row: dict[str, Any]) -> None:
           f"machine {row['machine_busy_cores']} cores busy; "
           f"{row['commits_per_job']} commits/job", flush=True)
     waits = ", ".join(f"{kind} {mean}" for kind, mean in row["postgres_waits"]["by_kind"].items())
-    print(f"      Postgres active backends (mean): {waits or 'none'}; server WAL "
-          f"{row['server_wal_bytes_per_job']} bytes/job", flush=True)
+    print(f"      Postgres active backends (mean of {row['postgres_waits']['samples']} "
+          f"samples): {waits or 'none'}; server WAL {row['server_wal_bytes_per_job']} "
+          f"bytes/job; the sweep took {row['sweep_s']} s", flush=True)
     if "throttling" in row:
         print(f"      throttled in {row['throttled_share']:.1%} of the groups' periods ("
               + ", ".join(f"{t['throttled_s']} s" for t in row["throttling"]) + ")", flush=True)
