@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -77,6 +78,7 @@ def _server(admin_url: str) -> Iterator[str]:
         yield embedded.start_postgres(folder)
     finally:
         embedded.stop_postgres(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def ingest(target: stack.Target, seconds: float) -> list[dict[str, Any]]:
