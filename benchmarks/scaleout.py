@@ -127,11 +127,7 @@ def drain(target: stack.Target, jobs: int, groups: int, worker_args: tuple[str, 
                  for n in range(1, groups + 1)]
     engine = target.engine()
     try:
-        for process in processes:  # started together: one moment for all to settle
-            scenarios._wait_ready(target.logs / f"{process.name}.log", process, settle=0)
-        time.sleep(1)
-        for process, cgroup in zip(processes, cgroups or (), strict=False):
-            _check_inside(process, cgroup)
+        _wait_ready(target, processes, cgroups or [])
         throttling = [cgroup.stat() for cgroup in cgroups or ()]
         waits = Waits()
         with engine.connect() as conn:
@@ -157,8 +153,7 @@ def drain(target: stack.Target, jobs: int, groups: int, worker_args: tuple[str, 
                    - workers_before, **servers.seconds()}
             machine = stack.machine_busy_seconds() - machine_before
             wal = _wal_lsn(conn) - wal_before
-            throttling = [_throttled(before, cgroup.stat())
-                          for before, cgroup in zip(throttling, cgroups or (), strict=True)]
+            throttled = _throttled(throttling, cgroups or [])
             _wait_none(conn, "outbox", processes, servers, timeout=600)
             emails_seconds = time.monotonic() - started
             done, failed = conn.execute(sa.text(
@@ -183,28 +178,41 @@ def drain(target: stack.Target, jobs: int, groups: int, worker_args: tuple[str, 
         "commits_per_job": round(commits / jobs, 3),
         "machine_busy_cores": round(machine / seconds, 2), "load_average": loadavg,
         "server_wal_bytes_per_job": round(wal / jobs),
-        "postgres_waits": waits.summary(),
-        **({"throttling": throttling, "throttled_share": round(
-            sum(t["nr_throttled"] for t in throttling)
-            / max(sum(t["nr_periods"] for t in throttling), 1), 3)} if cgroups else {}),
+        "postgres_waits": waits.summary(), **throttled,
     }
 
 
-def _check_inside(process: stack.Process, cgroup: quota.Group) -> None:
-    """Every process of the group is in its cgroup (the wrapper moved the leader before it
-    forked), or the quota would not hold it."""
-    outside = {proc.pid for proc in process.tree()} - cgroup.pids()
-    if outside:
-        raise RuntimeError(f"{process.name}: processes {sorted(outside)} are not in "
-                           f"{cgroup.path}")
+def _wait_ready(target: stack.Target, processes: list[stack.Process],
+                cgroups: list[quota.Group]) -> None:
+    """Every group started (together: one moment for all to settle) and, with cgroups,
+    every process of each in its cgroup (the wrapper moved the leader before it forked),
+    or the quota would not hold it."""
+    for process in processes:
+        scenarios._wait_ready(target.logs / f"{process.name}.log", process, settle=0)
+    time.sleep(1)
+    for process, cgroup in zip(processes, cgroups, strict=False):
+        outside = {proc.pid for proc in process.tree()} - cgroup.pids()
+        if outside:
+            raise RuntimeError(f"{process.name}: processes {sorted(outside)} are not in "
+                               f"{cgroup.path}")
 
 
-def _throttled(before: dict[str, int], after: dict[str, int]) -> dict[str, Any]:
-    """One group's cpu.stat over the drain: periods it ran in, periods the quota stopped
-    it in, and for how long in all (seconds, summed over its threads' waits)."""
-    return {"nr_periods": after["nr_periods"] - before["nr_periods"],
-            "nr_throttled": after["nr_throttled"] - before["nr_throttled"],
-            "throttled_s": round((after["throttled_time"] - before["throttled_time"]) / 1e9, 2)}
+def _throttled(before: list[dict[str, int]], cgroups: list[quota.Group]) -> dict[str, Any]:
+    """Each group's cpu.stat since `before`: the periods it ran in, those the quota stopped
+    it in, and for how long in all (seconds, summed over its threads' waits); and the
+    share of all groups' periods throttled. Nothing without cgroups."""
+    if not cgroups:
+        return {}
+    groups = []
+    for start, cgroup in zip(before, cgroups, strict=True):
+        now = cgroup.stat()
+        groups.append({"nr_periods": now["nr_periods"] - start["nr_periods"],
+                       "nr_throttled": now["nr_throttled"] - start["nr_throttled"],
+                       "throttled_s": round((now["throttled_time"] - start["throttled_time"])
+                                            / 1e9, 2)})
+    periods = sum(group["nr_periods"] for group in groups)
+    throttled = sum(group["nr_throttled"] for group in groups)
+    return {"throttling": groups, "throttled_share": round(throttled / max(periods, 1), 3)}
 
 
 class Waits:
