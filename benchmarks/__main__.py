@@ -1,5 +1,5 @@
 """`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers|search|reconcile|
-scaleout|growth]`.
+scaleout|scaleout-quota|growth]`.
 
 Prints throughput, latency, the ratio to pgbench running the same SQL, end-to-end delay,
 peak RSS per process and idle CPU, and saves them with the concurrency chart (results/README.md):
@@ -13,7 +13,10 @@ compares the search's index options; it is not part of a full run (it takes minu
 through `webhooks reconcile` against a fake Stripe API, beside the delivery path's rate.
 `--only scaleout` (benchmarks/scaleout.py, part of a full run and of --smoke, there with
 1,000 jobs) drains the worker scenario's backlog with one, two and three `webhooks worker`
-groups side by side, with the CPU each process kind spent per job. `--only growth`
+groups side by side, with the CPU each process kind spent per job. `--only scaleout-quota`
+(part of a full run and, tiny, of --smoke) drains it with one to four groups each held to
+`--quota` of a core by a cgroup (as root, where cgroup v1's cpu controller is mounted;
+otherwise skipped with the reason), Postgres unlimited. `--only growth`
 (benchmarks/growth.py) measures the ingest and the drain with 10,000, 100,000 and 1,000,000
 finished events already recorded; like search, it is not part of a full run.
 Never fails on a threshold: the numbers are for reading, the targets are printed next to them.
@@ -35,9 +38,10 @@ from benchmarks import growth, reconcile, report, scaleout, scenarios, search, s
 
 TARGETS = {"ingest_rps": 3000, "ingest_p99_ms": 20, "worker_jobs_per_s": 2000,
            "e2e_p99_ms_at_500": 100, "idle_cpu_percent": 2,
-           "scaleout_2_over_1": scaleout.TARGET_TWO_OVER_ONE}
+           "scaleout_2_over_1": scaleout.TARGET_TWO_OVER_ONE,
+           "scaleout_quota_2_over_1": scaleout.TARGET_QUOTA_TWO_OVER_ONE}
 SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers", "search", "reconcile", "scaleout",
-             "growth")
+             "scaleout-quota", "growth")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, worker_args=tuple(args.worker_args.split()))
     if args.seconds:
         plan = replace(plan, ingest_seconds=args.seconds, e2e_seconds=args.seconds)
-    chosen = args.only or (["ingest", "worker", "e2e", "search", "reconcile", "scaleout"]
-                           if args.smoke
-                           else ["ingest", "sweep", "worker", "e2e", "reconcile", "scaleout"])
+    chosen = args.only or (["ingest", "worker", "e2e", "search", "reconcile", "scaleout",
+                            "scaleout-quota"] if args.smoke
+                           else ["ingest", "sweep", "worker", "e2e", "reconcile", "scaleout",
+                                 "scaleout-quota"])
     logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-"))
     name = args.database or ("webhooks_bench_smoke" if args.smoke else "webhooks_bench")
     print(f"benchmarks: {', '.join(chosen)}; database {name}; process logs in {logs}; "
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             search.print_summary(results[scenario])
         elif scenario == "reconcile":
             reconcile.print_summary(results[scenario])
-        elif scenario == "scaleout":
+        elif scenario in ("scaleout", "scaleout-quota"):
             scaleout.print_summary(results[scenario])
         elif scenario == "growth":
             growth.print_summary(results[scenario], TARGETS)
@@ -90,7 +95,8 @@ def _save(results: dict[str, Any], args: argparse.Namespace, out: Path) -> list[
     previous latest.* to history/, the README's tables rewritten); or history/."""
     if args.smoke:
         return report.save(results, out, "smoke")
-    custom = args.worker_args or args.seconds or args.python_load
+    custom = (args.worker_args or args.seconds or args.python_load or args.quota
+              or args.jobs or args.postgres_share)
     what = args.tag or "-".join(args.only or ()) or ("custom" if custom else "")
     if what or Path(args.code).resolve() != stack.ROOT:
         return report.save_to_history(results, out, what)
@@ -128,6 +134,14 @@ def _run(scenario: str, target: stack.Target, plan: scenarios.Plan,
                              seconds=plan.ingest_seconds, prefer_wrk=plan.prefer_wrk)
     if scenario == "scaleout":
         return scaleout.run(target, plan, scaleout.SMOKE_JOBS if args.smoke else scaleout.JOBS)
+    if scenario == "scaleout-quota":
+        if args.smoke:
+            return scaleout.run_quota(target, plan, scaleout.SMOKE_QUOTA["jobs"],
+                                      args.quota or scaleout.SMOKE_QUOTA["cores"],
+                                      scaleout.SMOKE_QUOTA["groups"])
+        return scaleout.run_quota(target, plan, args.jobs or scaleout.QUOTA_JOBS,
+                                  args.quota or scaleout.QUOTA_CORES,
+                                  postgres_share=args.postgres_share)
     if scenario == "growth":
         return growth.run(target, plan, growth.SMOKE if args.smoke else growth.Plan())
     return scenarios.servers(target, plan, report.server_candidates())
@@ -136,8 +150,8 @@ def _run(scenario: str, target: stack.Target, plan: scenarios.Plan,
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--smoke", action="store_true",
-                        help="a few-second run of ingest, worker, e2e, search, reconcile "
-                             "and scaleout (CI)")
+                        help="a few-second run of ingest, worker, e2e, search, reconcile, "
+                             "scaleout and scaleout-quota (CI)")
     parser.add_argument("--only", action="append", choices=SCENARIOS,
                         help="run only this scenario (repeatable)")
     parser.add_argument("--admin-url", default=os.environ.get(
@@ -156,6 +170,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--python-load", action="store_true",
                         help="the Python load generator even when wrk is installed")
     parser.add_argument("--seconds", type=float, help="ingest and e2e duration")
+    parser.add_argument("--quota", type=float,
+                        help="scaleout-quota: the fraction of a core each worker group may "
+                             f"use (default {scaleout.QUOTA_CORES})")
+    parser.add_argument("--postgres-share", action="store_true",
+                        help="scaleout-quota: run the benchmark's Postgres server in a cgroup "
+                             "of high weight (a server of its own only: refused when it "
+                             "holds other databases)")
+    parser.add_argument("--jobs", type=int,
+                        help=f"scaleout-quota: the backlog (default {scaleout.QUOTA_JOBS:,})")
     parser.add_argument("--search-events", type=int,
                         help="events loaded by the search scenario (default 1,000,000; "
                              "--smoke 20,000)")

@@ -318,6 +318,8 @@ def render_tables(folder: Path = RESULTS) -> str:
         parts.append(_latest_table(json.loads(latest.read_text()), folder))
     if found := _newest_with(folder, "scaleout"):
         parts.append(_scaleout_table(*found, folder))
+    if found := _newest_with(folder, "scaleout-quota"):
+        parts.append(_scaleout_quota_table(*found, folder))
     if found := _newest_with(folder, "growth"):
         parts.append(_growth_table(*found, folder))
     if found := _newest_with(folder, "audit"):
@@ -332,7 +334,8 @@ def _newest_with(folder: Path, scenario: str) -> tuple[dict[str, Any], Path] | N
     for path in [folder / f"{LATEST}.json", *sorted((folder / HISTORY).glob("*.json"))]:
         if path.exists():
             run = json.loads(path.read_text())
-            if run.get(scenario) and not run.get("smoke"):
+            if (run.get(scenario) and not run.get("smoke")
+                    and "skipped" not in run[scenario]):
                 runs.append((str(run.get("started", "")), path.name, run, path))
     if not runs:
         return None
@@ -375,6 +378,40 @@ def _scaleout_table(run: dict[str, Any], path: Path, folder: Path) -> str:
             f"{_cpu_cell(row, 'redis')} | "
             f"{row['measured_cores']} / {row['machine_busy_cores']} | "
             f"{_fixed3(row.get('commits_per_job'))} |")
+    return "\n".join(lines)
+
+
+def _scaleout_quota_table(run: dict[str, Any], path: Path, folder: Path) -> str:
+    """The same drains with each worker group held to a fraction of a core by its cgroup."""
+    result = run["scaleout-quota"]
+    name = _relative(path, folder)
+    lines = [f"### Scale-out, CPU quotas: [`{name}`]({name})", "", _run_line(run), "",
+             f"{_n(result['jobs'])} invoice jobs drained by N `webhooks worker` groups side by "
+             f"side (each of concurrency {result['concurrency_per_group']}), each group in a "
+             f"cgroup of its own allowed {result['quota_cores']} of a core "
+             f"(`cpu.cfs_quota_us` {round(result['quota_cores'] * result['quota_period_us'])} "
+             f"per {result['quota_period_us']}), Postgres {result['postgres']}. CPU as in the "
+             "table above; throttled: the share of the groups' 100 ms periods in which the "
+             "quota stopped them; Postgres waits: the benchmark database's active backends "
+             "on average, waiting on a lock / an LWLock / IO, beside those on CPU.", "",
+             "| groups | jobs/s | ratio to 1 | workers CPU | Postgres CPU | throttled | "
+             "cores busy: measured / machine | commits per job | Postgres waits: "
+             "Lock / LWLock / IO (on CPU) |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in result["groups"]:
+        ratio = result["ratios"].get(f"{row['groups']}_over_1")
+        target = (f" (target >= {result['target_2_over_1']})" if row["groups"] == 2 else "")
+        waits = row["postgres_waits"]["by_kind"]
+        lines.append(
+            f"| {row['groups']} | {_n(row['jobs_per_s'])} | "
+            f"{_fixed3(ratio) if ratio is not None else '1'}{target} | "
+            f"{_cpu_cell(row, 'workers')} | "
+            f"{_cpu_cell(row, 'postgres_backends', 'postgres_background')} | "
+            f"{row['throttled_share']:.0%} | "
+            f"{row['measured_cores']} / {row['machine_busy_cores']} | "
+            f"{_fixed3(row.get('commits_per_job'))} | "
+            + " / ".join(f"{waits.get(kind, 0):.2f}" for kind in ("Lock", "LWLock", "IO"))
+            + f" ({waits.get('running', 0):.2f}) |")
     return "\n".join(lines)
 
 
@@ -542,8 +579,9 @@ def _history_table(folder: Path) -> str:
     lines = ["### All runs, oldest first", "",
              "| started | code | run | ingest acked/s (ratio) | ingest p99 ms | "
              "web CPU ms/delivery | worker jobs/s (ratio) | worker CPU ms/job | "
-             "e2e p99 ms at 200/s | at 500/s | scale-out 2 / 1 groups (3 / 1) |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "e2e p99 ms at 200/s | at 500/s | scale-out 2 / 1 groups (3 / 1) | "
+             "with CPU quotas |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for started, commit, link, run in sorted(runs, key=lambda item: item[0]):
         cells = [started.replace("T", " ")[:16], commit, link, *_key_figures(run)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -560,6 +598,7 @@ def _key_figures(run: dict[str, Any]) -> list[str]:
     worker = (run.get("worker") or {}).get("app")
     rates = (run.get("e2e") or {}).get("rates", {})
     scaleout = (run.get("scaleout") or {}).get("ratios", {})
+    quota = (run.get("scaleout-quota") or {}).get("ratios", {})
     return [f"{_n(ingest['rps'])} ({_fixed3(run['ingest']['ratio'])})" if ingest else "",
             _ms(ingest["p99_ms"]) if ingest else "",
             _fixed3(ingest.get("web_cpu_ms_per_ack")) if ingest else "",
@@ -568,7 +607,9 @@ def _key_figures(run: dict[str, Any]) -> list[str]:
             _ms(rates["200"]["delay"]["p99_ms"]) if "200" in rates else "",
             _ms(rates["500"]["delay"]["p99_ms"]) if "500" in rates else "",
             f"{_fixed3(scaleout.get('2_over_1'))} ({_fixed3(scaleout.get('3_over_1'))})"
-            if scaleout else ""]
+            if scaleout else "",
+            f"{_fixed3(quota.get('2_over_1'))} ({_fixed3(quota.get('3_over_1'))})"
+            if quota else ""]
 
 
 def _written_with_json(csv_path: Path) -> bool:

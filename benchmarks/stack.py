@@ -292,9 +292,8 @@ def server_cpu(target: Target, exclude: Collection[int] = ()) -> ServerCpu:
     return ServerCpu(finders)
 
 
-def _postgres_finder(target: Target, exclude: Collection[int]) -> Finder | None:
-    """The postmaster's children, by kind; other databases' backends (other people's work
-    on a shared server) are left out. None when the server is not on this machine."""
+def postmaster(target: Target) -> psutil.Process | None:
+    """The benchmark database's server process, or None when it is not on this machine."""
     engine = target.engine()
     try:
         with engine.connect() as conn:
@@ -303,11 +302,33 @@ def _postgres_finder(target: Target, exclude: Collection[int]) -> Finder | None:
             backend = psutil.Process(pid)
             if database not in " ".join(backend.cmdline()).split():
                 return None  # that pid is not our backend: another machine or namespace
-            postmaster = psutil.Process(backend.ppid())
+            return psutil.Process(backend.ppid())
     except psutil.Error:
         return None
     finally:
         engine.dispose()
+
+
+def other_databases(target: Target) -> list[str]:
+    """The server's databases besides the benchmark's, `postgres` and the templates:
+    someone else's work, when there are any."""
+    engine = target.engine()
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(sa.text(
+                "SELECT datname FROM pg_database WHERE NOT datistemplate "
+                "AND datname NOT IN ('postgres', current_database()) ORDER BY 1")).scalars())
+    finally:
+        engine.dispose()
+
+
+def _postgres_finder(target: Target, exclude: Collection[int]) -> Finder | None:
+    """The postmaster's children, by kind; other databases' backends (other people's work
+    on a shared server) are left out. None when the server is not on this machine."""
+    server = postmaster(target)
+    if server is None:
+        return None
+    database = sa.make_url(target.database_url).database or ""
     kinds: dict[int, str | None] = {}
     skipped = set(exclude)
 
@@ -324,12 +345,12 @@ def _postgres_finder(target: Target, exclude: Collection[int]) -> Finder | None:
 
     def find() -> Iterator[tuple[psutil.Process, str]]:
         try:
-            children = postmaster.children()
+            children = server.children()
         except psutil.Error:
             return
-        for proc in [postmaster, *children]:
+        for proc in [server, *children]:
             try:
-                found = "postgres_background" if proc.pid == postmaster.pid else kind(proc)
+                found = "postgres_background" if proc.pid == server.pid else kind(proc)
             except psutil.Error:
                 continue
             if found:
