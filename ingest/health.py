@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
 from shared import metrics, pausing, providers, queries
-from shared.models import EmailStatus, JobStatus
+from shared.models import EmailStatus, JobStatus, NotificationStatus
 from shared.sources import Source
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,7 @@ def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
     oldest = {(row.provider, row.source): float(row.age)
               for row in conn.execute(queries.MetricsOldestDue)}
     audited = conn.execute(queries.AuditResultsRead).all()
+    notified: dict[str, int] = dict(conn.execute(queries.NotificationCountByStatus).tuples().all())
 
     metrics.database_failovers.set(failovers)
     metrics.queue_depth.labels("jobs").set(jobs_due)
@@ -129,6 +130,8 @@ def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
         if row.last_success is not None:
             metrics.reconcile_last_success.labels(row.provider).set(float(row.last_success))
     _set_audit(audited)
+    for status in NotificationStatus:
+        metrics.notifications.labels(status).set(notified.get(status, 0))
 
 
 def _set_audit(rows: Sequence[sa.Row[Any]]) -> None:

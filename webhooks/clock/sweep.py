@@ -4,7 +4,12 @@ idempotent: at worst a worker finds nothing to claim.
 
 Each sweep also records the database server's timeline (shared/failover.py): a timeline
 not seen before, after the first, is a failover, logged at WARNING; the clock's
-after-failover reconciliation and the outbox's searches follow from the recorded row."""
+after-failover reconciliation and the outbox's searches follow from the recorded row; with
+settings, a failover's `database.failover` notification is recorded in the same
+transaction.
+
+Due notification deliveries are woken too (coalesced tails fall due when their window
+closes, whoever recorded them)."""
 
 from __future__ import annotations
 
@@ -14,11 +19,13 @@ from dataclasses import dataclass
 import dramatiq
 from sqlalchemy.engine import Engine
 
-from shared import failover, queries, wakeups
+from shared import failover, notifications, queries, wakeups
+from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
 MAX_WAKEUPS_PER_SWEEP = 500
+NOTIFICATIONS_PER_WAKEUP = 20  # worker/notify.py claims this many deliveries a round
 
 
 @dataclass(frozen=True)
@@ -27,16 +34,23 @@ class SweepResult:
     due_emails: int
     woken: bool
     timeline: failover.Timeline | None = None  # a timeline seen for the first time
+    due_notifications: int = 0
 
 
-def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
+def sweep(engine: Engine, broker: dramatiq.Broker,
+          settings: Settings | None = None) -> SweepResult | None:
     """Wake workers for due work. None if another clock is sweeping right now."""
     with engine.begin() as conn:
         if not conn.execute(queries.ClockTryLock, {"name": "webhooks:sweep"}).scalar_one():
             return None
         due_jobs = conn.execute(queries.JobCountDue).scalar_one()
         due_emails = conn.execute(queries.OutboxCountDue).scalar_one()
+        due_notifications = conn.execute(queries.NotificationCountDue).scalar_one()
         timeline = failover.record_timeline(conn)
+        if timeline is not None and timeline.failover and settings is not None:
+            due_notifications += notifications.record(conn, settings, [
+                notifications.Occurrence(notifications.Kind.DATABASE_FAILOVER, extra={
+                    "timeline": timeline.timeline_id})]).due_now
     if timeline is not None:
         _report(timeline)
     woken = True
@@ -47,10 +61,16 @@ def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
         per = wakeups.EMAILS_PER_MESSAGE
         uncovered = _uncovered(broker, wakeups.OUTBOX_QUEUE, due_emails, per)
         woken &= wakeups.wake_outbox(broker, wakeups.messages_for(uncovered, per))
-    if due_jobs or due_emails:
+    if due_notifications:
+        uncovered = _uncovered(broker, wakeups.NOTIFY_QUEUE, due_notifications,
+                               NOTIFICATIONS_PER_WAKEUP)
+        woken &= wakeups.wake_notifications(
+            broker, wakeups.messages_for(uncovered, NOTIFICATIONS_PER_WAKEUP))
+    if due_jobs or due_emails or due_notifications:
         log.info("sweep woke workers",
-                 extra={"due_jobs": due_jobs, "due_emails": due_emails, "enqueued": woken})
-    return SweepResult(due_jobs, due_emails, woken, timeline)
+                 extra={"due_jobs": due_jobs, "due_emails": due_emails,
+                        "due_notifications": due_notifications, "enqueued": woken})
+    return SweepResult(due_jobs, due_emails, woken, timeline, due_notifications)
 
 
 def _report(timeline: failover.Timeline) -> None:
