@@ -613,13 +613,13 @@ N_PENDING, N_SENT, N_FAILED = (NotificationStatus.PENDING, NotificationStatus.SE
 D_PENDING, D_SENT, D_FAILED = DeliveryStatus.PENDING, DeliveryStatus.SENT, DeliveryStatus.FAILED
 
 # A kind and source's coalescing window, locked: a new key's row is inserted closed
-# ('-infinity'), an existing one is "updated" to itself, which locks it either way in one
+# ('epoch'), an existing one is "updated" to itself, which locks it either way in one
 # statement. A concurrent recorder of the same key waits here for the first one's COMMIT,
 # then sees the window that one opened: one immediate notification per window.
 # Proven by: test_notifications.py::test_two_connections_recording_one_key_make_one_immediate.
 NotificationWindowLock = text("""
     INSERT INTO notification_windows AS w (kind, provider, source, closes_at)
-    VALUES (:kind, :provider, :source, '-infinity')
+    VALUES (:kind, :provider, :source, 'epoch')
     ON CONFLICT (kind, provider, source) DO UPDATE SET closes_at = w.closes_at
     RETURNING w.closes_at > now() AS open, w.closes_at, w.tail_id,
               extract(epoch FROM w.closes_at - now()) AS closes_in
