@@ -321,3 +321,42 @@ class Message:
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+# --- what `webhooks notifications` and the console list ---------------------------------
+
+NO_CHANNEL = "no channel"  # a notification recorded with no channel configured
+
+
+@dataclass(frozen=True)
+class Listed:
+    id: str
+    kind: str
+    provider: str | None
+    source: str | None
+    count: int
+    status: str
+    created_at: datetime
+    due_at: datetime
+    sent_at: datetime | None
+    channels: dict[str, str]  # channel -> its delivery's status
+    details: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return label(self.provider, self.source)
+
+    @property
+    def shown_status(self) -> str:
+        """The status, or "no channel" for one that nothing was configured to send."""
+        return self.status if self.channels else NO_CHANNEL
+
+
+def list_notifications(conn: Connection, *, limit: int = 50, kind: str | None = None,
+                       status: str | None = None) -> list[Listed]:
+    """The newest notifications first, with each channel's delivery status."""
+    found = conn.execute(queries.NotificationList,
+                         {"limit": limit, "kind": kind, "status": status}).mappings()
+    return [Listed(row["id"], row["kind"], row["provider"], row["source"], int(row["count"]),
+                   row["status"], row["created_at"], row["due_at"], row["sent_at"],
+                   dict(row["channels"]), dict(row["details"])) for row in found]

@@ -256,3 +256,30 @@ def test_reconciliation_runs_record_found_and_failing(clean_db, notify_settings)
     assert found["reconcile.found"].count == 3
     assert found["reconcile.failing"].count == 3
     assert [n.kind for n in rows(clean_db)].count("reconcile.failing") == 1
+
+
+def test_the_command_lists_notifications_newest_first(clean_db, settings,
+                                                      notify_settings) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from webhooks.cli import main
+
+    record(clean_db, notify_settings, Occurrence(Kind.JOB_FAILED, "stripe", "connect",
+                                                 error="boom\x1b[31m"))
+    record(clean_db, settings, Occurrence(Kind.DATABASE_FAILOVER))  # no channel
+    env = {"DATABASE_URL": settings.database_url, "BROKER_URL": settings.broker_url}
+    result = CliRunner().invoke(main, ["notifications", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert [line["kind"] for line in lines] == ["database.failover", "job.failed"]
+    assert lines[1]["label"] == "stripe/connect" and lines[1]["count"] == 1
+    assert lines[1]["status"] == "pending" and lines[1]["channels"] == {"slack": "pending"}
+    assert lines[0]["shown_status"] == "no channel"
+    table = CliRunner().invoke(main, ["notifications", "--limit", "1"], env=env)
+    assert table.exit_code == 0
+    assert "database.failover" in table.output and "job.failed" not in table.output
+    assert "no channel" in table.output
+    bad = CliRunner().invoke(main, ["notifications", "--kind", "nope"], env=env)
+    assert bad.exit_code == 2
