@@ -155,6 +155,13 @@ class NotifyReceivers:
             if modes.get("hold"):
                 self.state.released.clear()
 
+    def reset(self) -> None:
+        """Forget every request and restore the normal answers."""
+        self.release()
+        with self.state.lock:
+            self.state.requests.clear()
+            self.state.modes.clear()
+
     def release(self) -> None:
         with self.state.lock:
             for modes in self.state.modes.values():

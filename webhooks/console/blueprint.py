@@ -7,8 +7,8 @@
 
 Every request to it needs HTTP Basic auth; every POST a CSRF token (auth.py); with
 `readonly`, no button is rendered and every POST is refused (403). Pages: overview.py,
-events.py, emails.py, notifications.py. Nothing here holds state between requests but the engine and the
-broker it was given.
+events.py, emails.py, notifications.py. Nothing here holds state between requests but the
+engine and the broker it was given.
 """
 
 from __future__ import annotations
