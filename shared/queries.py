@@ -802,3 +802,16 @@ NotificationList = text("""
 # For /metrics: notifications per status (few rows: one per operational event).
 NotificationCountByStatus = text("SELECT status, count(*) FROM notifications GROUP BY status")
 
+
+# Retention: notifications no longer pending, older than the cutoff, in bounded batches
+# (their deliveries by ON DELETE CASCADE); SKIP LOCKED keeps out of a dispatcher's way.
+NotificationDeleteFinished = text(f"""
+    DELETE FROM notifications WHERE id IN (
+        SELECT id FROM notifications
+        WHERE status <> '{N_PENDING}' AND created_at < now() - make_interval(days => :days)
+        LIMIT :limit FOR UPDATE SKIP LOCKED)
+""")
+
+NotificationWindowDeleteClosed = text("""
+    DELETE FROM notification_windows WHERE closes_at < now() - make_interval(days => :days)
+""")

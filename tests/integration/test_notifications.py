@@ -283,3 +283,18 @@ def test_the_command_lists_notifications_newest_first(clean_db, settings,
     assert "no channel" in table.output
     bad = CliRunner().invoke(main, ["notifications", "--kind", "nope"], env=env)
     assert bad.exit_code == 2
+
+
+def test_retention_prunes_old_finished_notifications_only(clean_db, notify_settings,
+                                                          settings) -> None:
+    from shared import retention
+
+    record(clean_db, settings, Occurrence(Kind.DATABASE_FAILOVER))  # sent: no channel
+    record(clean_db, notify_settings, Occurrence(Kind.JOB_FAILED, "stripe", "stripe"))
+    with db.transaction(clean_db) as conn:
+        conn.execute(sa.text("UPDATE notifications SET created_at = now() - interval '40 days'"))
+        conn.execute(sa.text("UPDATE notification_windows "
+                             "SET closes_at = now() - interval '40 days'"))
+    retention.prune(clean_db, 30)
+    assert [n.kind for n in rows(clean_db)] == ["job.failed"]  # still pending: kept
+    assert rows(clean_db, "SELECT * FROM notification_windows") == []
