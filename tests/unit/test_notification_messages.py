@@ -65,5 +65,5 @@ def test_channels_are_those_configured() -> None:
 
 @pytest.mark.parametrize("secret", ["whsec_", "whsec_***", "abc", "whsec_ not base64"])
 def test_a_bad_webhook_secret_names_the_variable(secret: str) -> None:
-    with pytest.raises(ConfigError, match="^NOTIFY_WEBHOOK_SECRET: "):
+    with pytest.raises(ConfigError, match=r"^NOTIFY_WEBHOOK_SECRET: "):
         Settings.from_env({"NOTIFY_WEBHOOK_SECRET": secret})
