@@ -43,7 +43,7 @@ from urllib.parse import urlencode
 
 from sqlalchemy.engine import Connection
 
-from shared import queries
+from shared import db, queries
 from shared.models import Channel, NotificationKind
 from shared.settings import Settings
 
@@ -209,13 +209,14 @@ def flush(conn: Connection, settings: Settings, notes: Notes) -> Recorded:
 
 
 def _recoveries(conn: Connection, done: set[tuple[str, str]]) -> list[Occurrence]:
-    """provider.recovered for each failing source with a done job (one statement)."""
+    """provider.recovered for each failing source with a done job: one statement, straight
+    through the driver (every successful batch runs it)."""
     if not done:
         return []
     keys = sorted(done)
-    rows = conn.execute(queries.NotificationHealthRecover, {
+    rows = db.fetch_all_in(conn, queries.NotificationHealthRecover, {
         "providers": [provider for provider, _ in keys],
-        "sources": [source for _, source in keys]}).all()
+        "sources": [source for _, source in keys]}, queries.RecoveredSource)
     return [Occurrence(Kind.PROVIDER_RECOVERED, row.provider, row.source) for row in rows]
 
 

@@ -690,6 +690,11 @@ NotificationHealthMarkFailing = text("""
     WHERE provider = :provider AND source = :source AND NOT failing
 """)
 
+class RecoveredSource(NamedTuple):
+    provider: str
+    source: str
+
+
 # The failing sources among those with a done job, no longer failing: provider.recovered
 # once (guarded by failing; rows locked in key order). While nothing fails, a probe of the
 # empty partial index ix_notification_health_failing: a successful batch's only cost.

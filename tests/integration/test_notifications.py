@@ -298,3 +298,40 @@ def test_retention_prunes_old_finished_notifications_only(clean_db, notify_setti
     retention.prune(clean_db, 30)
     assert [n.kind for n in rows(clean_db)] == ["job.failed"]  # still pending: kept
     assert rows(clean_db, "SELECT * FROM notification_windows") == []
+
+
+def test_the_sweep_records_a_failover_once_and_wakes_the_dispatcher_for_due_tails(
+        clean_db, notify_settings) -> None:
+    from dramatiq.brokers.stub import StubBroker
+
+    from shared import wakeups
+    from webhooks.clock.sweep import sweep
+
+    broker = StubBroker()
+    broker.declare_queue(wakeups.NOTIFY_QUEUE)
+    engine = db.create_engine(notify_settings, pool_size=1)
+    try:
+        sweep(engine, broker, notify_settings)  # the first timeline: the start
+        with clean_db.begin() as conn:  # as a promoted standby's table would show it
+            conn.execute(sa.text("UPDATE database_timelines SET timeline_id = timeline_id "
+                                 "+ 1000, first_seen_at = now() - interval '1 day'"))
+        seen = sweep(engine, broker, notify_settings)
+        assert seen is not None and seen.due_notifications == 1
+        sweep(engine, broker, notify_settings)
+        [failover] = rows(clean_db)
+        assert (failover.kind, failover.provider) == ("database.failover", None)
+
+        # A coalesced tail is due when its window closes: the sweep counts and wakes it.
+        record(clean_db, notify_settings, Occurrence(Kind.JOB_FAILED, "stripe", "stripe"))
+        record(clean_db, notify_settings, Occurrence(Kind.JOB_FAILED, "stripe", "stripe"))
+        queue = broker.queues[wakeups.NOTIFY_QUEUE]
+        while not queue.empty():
+            queue.get_nowait()
+        assert sweep(engine, broker, notify_settings).due_notifications == 2  # type: ignore[union-attr]
+        with clean_db.begin() as conn:
+            conn.execute(sa.text("UPDATE notification_deliveries SET run_at = now() "
+                                 "WHERE status = 'pending'"))
+        assert sweep(engine, broker, notify_settings).due_notifications == 3  # type: ignore[union-attr]
+        assert queue.qsize() >= 1
+    finally:
+        engine.dispose()
