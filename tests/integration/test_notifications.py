@@ -335,3 +335,15 @@ def test_the_sweep_records_a_failover_once_and_wakes_the_dispatcher_for_due_tail
         assert queue.qsize() >= 1
     finally:
         engine.dispose()
+
+
+def test_web_metrics_show_notifications_per_status(clean_db, notify_settings,
+                                                   settings) -> None:
+    from ingest.app import create_app
+
+    record(clean_db, notify_settings, Occurrence(Kind.JOB_FAILED, "stripe", "stripe"))
+    record(clean_db, settings, Occurrence(Kind.DATABASE_FAILOVER))
+    text = create_app(settings).test_client().get("/metrics").get_data(as_text=True)
+    assert 'webhooks_notifications{status="pending"} 1.0' in text
+    assert 'webhooks_notifications{status="sent"} 1.0' in text
+    assert 'webhooks_notifications{status="failed"} 0.0' in text
