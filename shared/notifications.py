@@ -133,19 +133,21 @@ def _coalesce(conn: Connection, settings: Settings, item: Occurrence,
               wanted: Sequence[Channel]) -> Recorded:
     kind, provider, source = item.key
     key = {"kind": kind, "provider": provider, "source": source}
-    window = conn.execute(queries.NotificationWindowLock, key).one()
-    if not window.open:
+    # Straight through the driver (db.fetch_in, db.execute_in): a failed job pays these.
+    window = db.fetch_in(conn, queries.NotificationWindowLock, key)
+    assert window is not None  # an upsert returns its row
+    is_open, closes_at, tail_id, closes_in = window
+    if not is_open:
         _insert(conn, settings, item, wanted)
-        conn.execute(queries.NotificationWindowOpen,
-                     {**key, "window": settings.notify_window_seconds})
+        db.execute_in(conn, queries.NotificationWindowOpen,
+                      {**key, "window": settings.notify_window_seconds})
         return Recorded(due_now=1)
-    tail_in = max(float(window.closes_in), 0.0)
-    if window.tail_id is not None and conn.execute(queries.NotificationAddToTail, {
-            "id": window.tail_id, "count": item.count,
-            "samples": json.dumps(item.samples)}).rowcount == 1:
+    tail_in = max(float(closes_in), 0.0)
+    if tail_id is not None and db.execute_in(conn, queries.NotificationAddToTail, {
+            "id": tail_id, "count": item.count, "samples": json.dumps(item.samples)}) == 1:
         return Recorded(tail_in=tail_in)
-    tail_id = _insert(conn, settings, item, wanted, due_at=window.closes_at)
-    conn.execute(queries.NotificationWindowTail, {**key, "tail_id": tail_id})
+    tail_id = _insert(conn, settings, item, wanted, due_at=closes_at)
+    db.execute_in(conn, queries.NotificationWindowTail, {**key, "tail_id": tail_id})
     return Recorded(tail_in=tail_in)
 
 
@@ -158,7 +160,7 @@ def _insert(conn: Connection, settings: Settings, item: Occurrence,
     link = console_link(settings, item.kind, item.provider, item.source)
     if link:
         details["console_url"] = link
-    conn.execute(queries.NotificationInsert, {
+    db.execute_in(conn, queries.NotificationInsert, {
         "id": notification_id, "kind": str(item.kind), "provider": item.provider,
         "source": item.source, "count": item.count, "due_at": due_at,
         "details": json.dumps(details), "channels": [str(channel) for channel in wanted]})
@@ -227,15 +229,17 @@ def _failing(conn: Connection, settings: Settings,
     found = []
     for provider, source in sorted(attempts):
         count = attempts[(provider, source)]
-        row = conn.execute(queries.NotificationHealthFail, {
+        row = db.fetch_in(conn, queries.NotificationHealthFail, {
             "provider": provider, "source": source, "attempts": count,
-            "window": settings.notify_window_seconds}).one()
-        if row.failing or row.failed_attempts < settings.notify_failing_threshold:
+            "window": settings.notify_window_seconds})
+        assert row is not None  # an upsert returns its row
+        failed_attempts, failing = row
+        if failing or failed_attempts < settings.notify_failing_threshold:
             continue
-        if conn.execute(queries.NotificationHealthMarkFailing,
-                        {"provider": provider, "source": source}).rowcount == 1:
+        if db.execute_in(conn, queries.NotificationHealthMarkFailing,
+                         {"provider": provider, "source": source}) == 1:
             found.append(Occurrence(Kind.PROVIDER_FAILING, provider, source,
-                                    count=int(row.failed_attempts), extra={
+                                    count=int(failed_attempts), extra={
                                         "window_seconds": settings.notify_window_seconds}))
     return found
 

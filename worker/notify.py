@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import dramatiq
 import requests
 from sqlalchemy.engine import Engine
 from standardwebhooks.webhooks import Webhook
@@ -80,7 +81,7 @@ class DispatchResult:
     released: int = 0
 
 
-def on_wakeup(engine: Engine, settings: Settings, broker: Any) -> None:
+def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> None:
     """Dispatch due deliveries, round after round while a round claims any, for at most
     LOOP_SECONDS; then a fresh message carries on."""
     deadline = time.monotonic() + LOOP_SECONDS
@@ -99,6 +100,8 @@ def dispatch_due(engine: Engine, settings: Settings, limit: int = CLAIM_LIMIT, *
     """Claim up to `limit` due deliveries, send each and mark it right after."""
     claimed, messages = _claim(engine, limit)
     result = DispatchResult(claimed=len(claimed))
+    if not claimed:
+        return result
     deadline = time.monotonic() + SEND_DEADLINE_SECONDS
     channels = _Channels(settings, post or _session().post,
                          sender or postmark.sender_for(settings, timeout=TIMEOUT[1]))
