@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
 from shared import metrics, pausing, providers, queries
-from shared.models import SWEEP_HEARTBEAT, EmailStatus, JobStatus
+from shared.models import SWEEP_HEARTBEAT, EmailStatus, JobStatus, NotificationStatus
 from shared.sources import Source
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,7 @@ def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
     heartbeats = conn.execute(queries.MetricsClockHeartbeats).all()
     reconcile_ages = conn.execute(queries.MetricsReconcileSourceAges,
                                   {"name": SWEEP_HEARTBEAT}).all()
+    notified: dict[str, int] = dict(conn.execute(queries.NotificationCountByStatus).tuples().all())
 
     metrics.database_failovers.set(failovers)
     metrics.queue_depth.labels("jobs").set(jobs_due)
@@ -132,6 +133,8 @@ def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
         if row.last_success is not None:
             metrics.reconcile_last_success.labels(row.provider).set(float(row.last_success))
     _set_audit(audited)
+    for status in NotificationStatus:
+        metrics.notifications.labels(status).set(notified.get(status, 0))
     _set_clock(heartbeats, reconcile_ages)
 
 

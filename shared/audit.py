@@ -28,8 +28,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, hooks, queries
+from shared import db, hooks, notifications, queries
 from shared.hooks import Finding, Violation
+from shared.settings import Settings
 
 DEFAULT_STALE = timedelta(minutes=15)
 CLOCK_LOCK = "webhooks:audit"  # one clock at a time runs it (queries.ClockTryLock)
@@ -124,15 +125,22 @@ def due_jobs(conn: Connection, since: datetime | None,
             {"jobs": {"id": row.id, "provider": row.provider, "event_id": row.event_id}}))
 
 
-def record(engine: Engine, report: Report) -> None:
+def record(engine: Engine, report: Report,
+           settings: Settings | None = None) -> notifications.Recorded:
     """The clock's record of a run, in its own transaction: each check's count replaces
     the last run's (audit_results, shown by web's /metrics as webhooks_audit_violations).
 
-    This transaction is also where the run's `audit.violation` notification belongs
-    (SPEC "Notifications": recorded in the same transaction as what it reports, then sent
-    through the outbox): when the notifications table exists, its row is inserted here,
-    beside the counts, for a report with violations."""
+    With settings, a report with violations records its `audit.violation` notification
+    in this transaction too (SPEC "Notifications"), beside the counts: the count of
+    violations, the checks that found them and the first one's message."""
     names = list(report.counts)
     with db.transaction(engine) as conn:
         conn.execute(queries.AuditResultsReplace,
                      {"checks": names, "counts": [report.counts[name] for name in names]})
+        if settings is None or not report.violations:
+            return notifications.Recorded()
+        failed = sorted(name for name, count in report.counts.items() if count)
+        return notifications.record(conn, settings, [notifications.Occurrence(
+            notifications.Kind.AUDIT_VIOLATION, count=len(report.violations),
+            samples=failed[:notifications.SAMPLES],
+            error=report.violations[0].finding.message)])

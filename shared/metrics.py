@@ -58,6 +58,16 @@ job_latency = Histogram(
 )
 outbox_sent = Counter("webhooks_outbox_sent_total", "Emails sent (or found already sent).")
 outbox_failed = Counter("webhooks_outbox_failed_total", "Emails failed for good.")
+# Notification deliveries (worker/notify.py) failed for good, by channel: slack, email,
+# webhook. The notification is then `failed`; webhooks_notifications shows how many.
+notifications_failed = Counter(
+    "webhooks_notifications_failed_total", "Notification deliveries failed for good (a "
+    "permanent refusal, or attempts exhausted), by channel.", ["channel"],
+)
+notifications = Gauge(
+    "webhooks_notifications", "Notifications by status, read from the database.",
+    ["status"], multiprocess_mode="mostrecent",
+)
 queue_depth = Gauge(
     "webhooks_queue_depth", "Due pending rows, read from the tables at scrape time.", ["table"],
     multiprocess_mode="mostrecent",

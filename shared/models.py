@@ -264,6 +264,8 @@ reconcile_runs = Table(
     Column("recorded", Integer, nullable=False, server_default="0"),
     Column("runs", BigInteger, nullable=False, server_default="0"),
     Column("failures", BigInteger, nullable=False, server_default="0"),
+    # Runs failed since the last success: the third makes a reconcile.failing notification.
+    Column("failures_in_a_row", Integer, nullable=False, server_default="0"),
     PrimaryKeyConstraint("provider", "source"),
 )
 
@@ -336,4 +338,136 @@ clock_heartbeats = Table(
     Column("reconcile_interval_seconds", Float, nullable=False),
     Column("reconcile_sources", ARRAY(Text), nullable=False),
     PrimaryKeyConstraint("name"),
+)
+
+
+class NotificationKind(StrEnum):
+    """What a notification reports (SPEC "Notifications"); shared/notifications.py records
+    each in the transaction of the change it reports."""
+
+    JOB_FAILED = "job.failed"
+    PROVIDER_FAILING = "provider.failing"
+    PROVIDER_RECOVERED = "provider.recovered"
+    EMAIL_FAILED = "email.failed"
+    RECONCILE_FOUND = "reconcile.found"
+    RECONCILE_FAILING = "reconcile.failing"
+    DATABASE_FAILOVER = "database.failover"
+    STRIPE_EVENT_GENERATION_FAILED = "stripe.event_generation_failed"
+    AUDIT_VIOLATION = "audit.violation"
+
+
+class NotificationStatus(StrEnum):
+    """A notification's state, derived from its deliveries' (one per configured channel)::
+
+        pending --(every delivery sent; or no channel configured, at once)--> sent
+        pending --(a delivery failed: rejected, or its attempts exhausted)--> failed
+
+    A notification is `sealed` by the dispatcher's first claim of one of its deliveries:
+    from then on its count and details no longer change (a coalescing window's later
+    occurrences go to a new notification), so every channel sends the same message.
+    """
+
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class DeliveryStatus(StrEnum):
+    """One channel's delivery of a notification; the transitions are the outbox's
+    (EmailStatus): claimed with a lease and attempts + 1 before the HTTP call, then marked
+    guarded by the claimed attempt::
+
+        pending --(claim)--> in flight --(2xx)--> sent
+        in flight --(a permanent refusal, or attempts exhausted)--> failed
+        in flight --(5xx, 408, 429, timeout; attempts left)--> pending after backoff
+        in flight --(dispatcher killed)--> pending again when the lease runs out
+    """
+
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class Channel(StrEnum):
+    """Where notifications go: each is on when its variable is set (NOTIFY_*)."""
+
+    SLACK = "slack"
+    EMAIL = "email"
+    WEBHOOK = "webhook"
+
+
+# One row per operational event worth telling a person about (shared/notifications.py).
+# `id` is the generic webhook's `webhook-id` (stable across retries: receivers dedup on it).
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("id", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("provider", Text),  # none for database.failover and audit.violation
+    Column("source", Text),
+    Column("count", Integer, nullable=False, server_default="1"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("status", Text, nullable=False, server_default=NotificationStatus.PENDING.value),
+    Column("due_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    # Set by the dispatcher's claim: a sealed notification's count and details are final.
+    Column("sealed", Boolean, nullable=False, server_default=text("false")),
+    # The first error, up to a few sample ids, the console link: what a person needs.
+    Column("details", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("sent_at", DateTime(timezone=True)),
+    PrimaryKeyConstraint("id"),
+    CheckConstraint(one_of(NotificationKind, "kind"), name="kind"),
+    CheckConstraint(one_of(NotificationStatus), name="status"),
+    CheckConstraint("count >= 1", name="count"),
+    # `webhooks notifications` and the console list them newest first.
+    Index("ix_notifications_created_at_id", "created_at", "id"),
+)
+
+# One row per channel configured when the notification was recorded: the outbox of
+# notifications (worker/notify.py), claimed and marked as worker/outbox.py does emails.
+notification_deliveries = Table(
+    "notification_deliveries",
+    metadata,
+    Column("notification_id", Text, nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default=DeliveryStatus.PENDING.value),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("run_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("last_error", Text),
+    Column("sent_at", DateTime(timezone=True)),
+    PrimaryKeyConstraint("notification_id", "channel"),
+    ForeignKeyConstraint(["notification_id"], ["notifications.id"], ondelete="CASCADE"),
+    CheckConstraint(one_of(Channel, "channel"), name="channel"),
+    CheckConstraint(one_of(DeliveryStatus), name="status"),
+    # The dispatcher's claim, and the sweep's count of due deliveries.
+    Index("ix_notification_deliveries_pending_run_at", "run_at",
+          postgresql_where=text(f"status = '{DeliveryStatus.PENDING}'")),
+)
+
+# Coalescing (shared/notifications.py): per kind and source ('' for none), the window that
+# the first notification opened, and the notification collecting the rest of it (tail_id).
+notification_windows = Table(
+    "notification_windows",
+    metadata,
+    Column("kind", Text, nullable=False),
+    Column("provider", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("closes_at", DateTime(timezone=True), nullable=False),
+    Column("tail_id", Text),
+    PrimaryKeyConstraint("kind", "provider", "source"),
+)
+
+# Per source: failed job attempts in the current window, and whether the source is failing
+# (provider.failing recorded, provider.recovered not yet). A partial index on the failing
+# ones keeps a successful batch's look-up to an empty index when nothing fails.
+notification_health = Table(
+    "notification_health",
+    metadata,
+    Column("provider", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("window_started_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("failed_attempts", Integer, nullable=False, server_default="0"),
+    Column("failing", Boolean, nullable=False, server_default=text("false")),
+    PrimaryKeyConstraint("provider", "source"),
+    Index("ix_notification_health_failing", "provider", "source",
+          postgresql_where=text("failing")),
 )

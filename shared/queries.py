@@ -14,7 +14,14 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import text
 
-from shared.models import ALL_SOURCES, EmailStatus, JobStatus, ReceivedVia
+from shared.models import (
+    ALL_SOURCES,
+    DeliveryStatus,
+    EmailStatus,
+    JobStatus,
+    NotificationStatus,
+    ReceivedVia,
+)
 
 PENDING, DONE, FAILED = JobStatus.PENDING, JobStatus.DONE, JobStatus.FAILED
 EMAIL_PENDING, SENT, EMAIL_FAILED = EmailStatus.PENDING, EmailStatus.SENT, EmailStatus.FAILED
@@ -354,8 +361,11 @@ ReconcileRunFinish = text("""
                                THEN last_started_at ELSE last_success_at END,
         last_error = :error, listed = :listed, recorded = :recorded,
         runs = runs + 1,
-        failures = failures + CASE WHEN CAST(:error AS text) IS NULL THEN 0 ELSE 1 END
+        failures = failures + CASE WHEN CAST(:error AS text) IS NULL THEN 0 ELSE 1 END,
+        failures_in_a_row = CASE WHEN CAST(:error AS text) IS NULL THEN 0
+                                 ELSE failures_in_a_row + 1 END
     WHERE provider = :provider AND source = :source
+    RETURNING failures_in_a_row
 """)
 
 # For /metrics: per provider (its sources' rows summed), the runs, their failures, the
@@ -628,4 +638,219 @@ OutboxRetryFailed = text(f"""
 OutboxMarkFailed = text(f"""
     UPDATE outbox SET status = '{EMAIL_FAILED}', last_error = :error
     WHERE id = :id AND status = '{EMAIL_PENDING}' AND attempts = :attempts
+""")
+
+# --- notifications (shared/notifications.py, worker/notify.py) -------------------------
+
+N_PENDING, N_SENT, N_FAILED = (NotificationStatus.PENDING, NotificationStatus.SENT,
+                               NotificationStatus.FAILED)
+D_PENDING, D_SENT, D_FAILED = DeliveryStatus.PENDING, DeliveryStatus.SENT, DeliveryStatus.FAILED
+
+# A kind and source's coalescing window, locked: a new key's row is inserted closed
+# ('epoch'), an existing one is "updated" to itself, which locks it either way in one
+# statement. A concurrent recorder of the same key waits here for the first one's COMMIT,
+# then sees the window that one opened: one immediate notification per window.
+# Proven by: test_notifications.py::test_two_connections_recording_one_key_make_one_immediate.
+NotificationWindowLock = text("""
+    INSERT INTO notification_windows AS w (kind, provider, source, closes_at)
+    VALUES (:kind, :provider, :source, 'epoch')
+    ON CONFLICT (kind, provider, source) DO UPDATE SET closes_at = w.closes_at
+    RETURNING w.closes_at > now() AS open, w.closes_at, w.tail_id,
+              extract(epoch FROM w.closes_at - now()) AS closes_in
+""")
+
+NotificationWindowOpen = text("""
+    UPDATE notification_windows
+    SET closes_at = now() + make_interval(secs => :window), tail_id = NULL
+    WHERE kind = :kind AND provider = :provider AND source = :source
+""")
+
+NotificationWindowTail = text("""
+    UPDATE notification_windows SET tail_id = :tail_id
+    WHERE kind = :kind AND provider = :provider AND source = :source
+""")
+
+# The notification and one delivery per configured channel, in one statement; with no
+# channel it is recorded `sent` at once (nothing will ever send it).
+NotificationInsert = text(f"""
+    WITH n AS (
+        INSERT INTO notifications (id, kind, provider, source, count, status, due_at,
+                                   details, sent_at)
+        SELECT :id, :kind, :provider, :source, :count,
+               CASE WHEN cardinality(c.channels) = 0 THEN '{N_SENT}' ELSE '{N_PENDING}' END,
+               coalesce(CAST(:due_at AS timestamptz), now()), CAST(:details AS jsonb),
+               CASE WHEN cardinality(c.channels) = 0 THEN now() END
+        FROM (SELECT CAST(:channels AS text[]) AS channels) c
+        RETURNING id, due_at
+    )
+    INSERT INTO notification_deliveries (notification_id, channel, run_at)
+    SELECT n.id, channel, n.due_at FROM n, unnest(CAST(:channels AS text[])) AS channel
+""")
+
+# Adds to a window's tail unless the dispatcher sealed it (its claim's UPDATE waits behind
+# this row lock, and reads the count after it): a sealed tail's count never changes, so
+# every channel sends the same count. No row: the caller inserts a new tail.
+# Proven by: test_notifications.py::test_a_burst_is_one_immediate_and_one_tail_with_the_rest.
+NotificationAddToTail = text("""
+    UPDATE notifications SET count = count + :count,
+        details = jsonb_set(details, '{samples}', (
+            SELECT coalesce(jsonb_agg(value ORDER BY ord), '[]'::jsonb) FROM (
+                SELECT value, ord FROM jsonb_array_elements(
+                    coalesce(details -> 'samples', '[]'::jsonb) || CAST(:samples AS jsonb))
+                    WITH ORDINALITY AS t (value, ord)
+                ORDER BY ord LIMIT 5) kept))
+    WHERE id = :id AND NOT sealed
+""")
+
+# A source's failed attempts in its current tumbling window (a window older than
+# NOTIFY_WINDOW_SECONDS starts again at this attempt). The row stays locked to COMMIT.
+NotificationHealthFail = text("""
+    INSERT INTO notification_health AS h (provider, source, failed_attempts)
+    VALUES (:provider, :source, :attempts)
+    ON CONFLICT (provider, source) DO UPDATE SET
+        failed_attempts = CASE WHEN h.window_started_at <= now() - make_interval(secs => :window)
+                               THEN EXCLUDED.failed_attempts
+                               ELSE h.failed_attempts + EXCLUDED.failed_attempts END,
+        window_started_at = CASE WHEN h.window_started_at
+                                      <= now() - make_interval(secs => :window)
+                                 THEN now() ELSE h.window_started_at END
+    RETURNING failed_attempts, failing
+""")
+
+# Guarded by NOT failing: provider.failing once per failing period.
+# Proven by: test_notifications.py::test_failing_and_recovered_once_per_period.
+NotificationHealthMarkFailing = text("""
+    UPDATE notification_health SET failing = true
+    WHERE provider = :provider AND source = :source AND NOT failing
+""")
+
+class RecoveredSource(NamedTuple):
+    provider: str
+    source: str
+
+
+# The failing sources among those with a done job, no longer failing: provider.recovered
+# once (guarded by failing; rows locked in key order). While nothing fails, a probe of the
+# empty partial index ix_notification_health_failing: a successful batch's only cost.
+# Proven by: test_notifications.py::test_failing_and_recovered_once_per_period.
+NotificationHealthRecover = text("""
+    UPDATE notification_health h
+    SET failing = false, failed_attempts = 0, window_started_at = now()
+    FROM (SELECT provider, source FROM notification_health
+          WHERE failing AND (provider, source) IN (
+              SELECT * FROM unnest(CAST(:providers AS text[]), CAST(:sources AS text[])))
+          ORDER BY provider, source FOR UPDATE) recovered
+    WHERE h.provider = recovered.provider AND h.source = recovered.source
+    RETURNING h.provider, h.source
+""")
+
+
+class ClaimedDelivery(NamedTuple):
+    """A row of NotificationDeliveryClaim; attempts counts the attempt this claim started."""
+
+    notification_id: str
+    channel: str
+    attempts: int
+
+
+# SKIP LOCKED: concurrent dispatchers claim disjoint deliveries. As OutboxClaimDue: the
+# attempt is counted and the row leased past the HTTP call, committed before it.
+# Proven by: test_notify.py::test_a_claimed_delivery_is_hidden_for_its_lease.
+NotificationDeliveryClaim = text(f"""
+    UPDATE notification_deliveries d
+    SET attempts = attempts + 1, run_at = now() + make_interval(secs => :lease)
+    FROM (SELECT notification_id, channel FROM notification_deliveries
+          WHERE status = '{D_PENDING}' AND run_at <= now()
+          ORDER BY run_at, notification_id, channel
+          LIMIT :limit
+          FOR UPDATE SKIP LOCKED) due
+    WHERE d.notification_id = due.notification_id AND d.channel = due.channel
+    RETURNING d.notification_id, d.channel, d.attempts
+""")
+
+# In the claim's transaction: the claimed deliveries' notifications sealed, their rows
+# locked in id order (two claims of one notification's channels never cross), each
+# waiting behind a recorder adding to it; what it returns is final.
+# Proven by: test_notifications.py::test_a_sealed_tail_is_not_added_to.
+NotificationSeal = text("""
+    UPDATE notifications n SET sealed = true
+    FROM (SELECT id FROM notifications WHERE id = ANY(CAST(:ids AS text[]))
+          ORDER BY id FOR UPDATE) claimed
+    WHERE n.id = claimed.id
+    RETURNING n.id, n.kind, n.provider, n.source, n.count AS occurrences, n.created_at,
+              n.details
+""")
+
+# The marks, each guarded by status and the attempt this dispatcher claimed (as the
+# outbox's): a dispatcher whose lease ran out changes nothing.
+NotificationDeliveryMarkSent = text(f"""
+    UPDATE notification_deliveries SET status = '{D_SENT}', sent_at = now(), last_error = NULL
+    WHERE notification_id = :id AND channel = :channel AND status = '{D_PENDING}'
+      AND attempts = :attempts
+""")
+
+NotificationDeliveryMarkRetry = text(f"""
+    UPDATE notification_deliveries
+    SET run_at = now() + make_interval(secs => :delay), last_error = :error
+    WHERE notification_id = :id AND channel = :channel AND status = '{D_PENDING}'
+      AND attempts = :attempts
+""")
+
+NotificationDeliveryMarkFailed = text(f"""
+    UPDATE notification_deliveries SET status = '{D_FAILED}', last_error = :error
+    WHERE notification_id = :id AND channel = :channel AND status = '{D_PENDING}'
+      AND attempts = :attempts
+""")
+
+# After a delivery's mark, in its transaction: the notification is sent once every
+# delivery is, failed once one failed. The row is locked first (FOR UPDATE), so two
+# dispatchers marking two channels of one notification settle it one after the other,
+# the second seeing the first's mark.
+NotificationLock = text("SELECT id FROM notifications WHERE id = :id FOR UPDATE")
+
+NotificationSettle = text(f"""
+    UPDATE notifications n
+    SET status = CASE WHEN d.failed THEN '{N_FAILED}' ELSE '{N_SENT}' END,
+        sent_at = CASE WHEN d.failed THEN NULL ELSE now() END
+    FROM (SELECT bool_or(status = '{D_FAILED}') AS failed,
+                 bool_or(status = '{D_PENDING}') AS pending
+          FROM notification_deliveries WHERE notification_id = :id) d
+    WHERE n.id = :id AND n.status = '{N_PENDING}' AND (d.failed OR NOT d.pending)
+    RETURNING n.status
+""")
+
+# The clock's sweep: deliveries due (coalesced tails whose window closed included).
+NotificationCountDue = text(f"""
+    SELECT count(*) FROM notification_deliveries
+    WHERE status = '{D_PENDING}' AND run_at <= now()
+""")
+
+# `webhooks notifications` and the console: newest first, with each delivery's state.
+NotificationList = text("""
+    SELECT n.id, n.kind, n.provider, n.source, n.count, n.status, n.created_at, n.due_at,
+           n.sent_at, n.details,
+           coalesce((SELECT jsonb_object_agg(d.channel, d.status) FROM notification_deliveries d
+                     WHERE d.notification_id = n.id), '{}'::jsonb) AS channels
+    FROM notifications n
+    WHERE (CAST(:kind AS text) IS NULL OR n.kind = :kind)
+      AND (CAST(:status AS text) IS NULL OR n.status = :status)
+    ORDER BY n.created_at DESC, n.id DESC
+    LIMIT :limit
+""")
+
+# For /metrics: notifications per status (few rows: one per operational event).
+NotificationCountByStatus = text("SELECT status, count(*) FROM notifications GROUP BY status")
+
+
+# Retention: notifications no longer pending, older than the cutoff, in bounded batches
+# (their deliveries by ON DELETE CASCADE); SKIP LOCKED keeps out of a dispatcher's way.
+NotificationDeleteFinished = text(f"""
+    DELETE FROM notifications WHERE id IN (
+        SELECT id FROM notifications
+        WHERE status <> '{N_PENDING}' AND created_at < now() - make_interval(days => :days)
+        LIMIT :limit FOR UPDATE SKIP LOCKED)
+""")
+
+NotificationWindowDeleteClosed = text("""
+    DELETE FROM notification_windows WHERE closes_at < now() - make_interval(days => :days)
 """)

@@ -2,6 +2,9 @@
 `done` and finished more than `days` ago, with their jobs and duplicate records, in
 bounded batches so no lock is held for long.
 
+Notifications sent or failed more than `days` ago go too (their deliveries with them),
+and the coalescing windows that closed before then.
+
 Never touches pending or failed work, the ledger, or the outbox (whose keys keep emails
 unique forever). Pruning ends duplicate detection for those events: keep RETENTION_DAYS
 well beyond the providers' retry windows (Stripe retries for up to 3 days).
@@ -25,4 +28,16 @@ def prune(engine: Engine, days: int, batch_size: int = BATCH_SIZE) -> int:
                                    {"days": days, "limit": batch_size}).rowcount
         total += deleted
         if deleted < batch_size:
-            return total
+            break
+    _prune_notifications(engine, days, batch_size)
+    return total
+
+
+def _prune_notifications(engine: Engine, days: int, batch_size: int) -> None:
+    while True:
+        with engine.begin() as conn:
+            deleted = conn.execute(queries.NotificationDeleteFinished,
+                                   {"days": days, "limit": batch_size}).rowcount
+            conn.execute(queries.NotificationWindowDeleteClosed, {"days": days})
+        if deleted < batch_size:
+            return

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from shared import sources as s
 from shared import variables as v
-from shared.errors import MissingVariable
+from shared.errors import ConfigError, MissingVariable
 from shared.providers import PROVIDERS
 from shared.providers.base import Provider
 from shared.variables import IPNetwork, Section, family, setting
@@ -26,6 +26,7 @@ LOOPBACK = "127.0.0.1"
 TRANSACTION_POOLING = "transaction"  # DATABASE_POOLER's one value
 DEPLOY, RECONCILE, INGRESS, OBSERVE = (Section.DEPLOY, Section.RECONCILIATION, Section.INGRESS,
                                       Section.OBSERVABILITY)
+NOTIFY = Section.NOTIFICATIONS
 
 
 def database_hosts(raw: str) -> tuple[str, str, list[str], str]:
@@ -214,12 +215,39 @@ class Settings:
         "an existing folder where the processes of one `web` or `worker` share their metrics",
         OBSERVE, "unset: a new temporary folder each")
 
+    # Notifications (shared/notifications.py, worker/notify.py): each channel is on when
+    # its variable is set; the generic webhook needs its secret too.
+    notify_slack_webhook_url: str | None = setting(
+        "NOTIFY_SLACK_WEBHOOK_URL", v.http_url, None, "a Slack incoming webhook that hears "
+        "every notification", NOTIFY, "unset: no Slack")
+    notify_email_to: str | None = setting(
+        "NOTIFY_EMAIL_TO", v.email, None, "the address that hears every notification, "
+        "through Postmark as the receipts", NOTIFY, "unset: no email")
+    notify_webhook_url: str | None = setting(
+        "NOTIFY_WEBHOOK_URL", v.http_url, None, "a URL that receives every notification as "
+        "a POST signed with Standard Webhooks headers", NOTIFY, "unset: no webhook")
+    notify_webhook_secret: str | None = setting(
+        "NOTIFY_WEBHOOK_SECRET", v.webhook_secret, None, "the webhook's signing secret, "
+        "`whsec_` and base64; required with NOTIFY_WEBHOOK_URL", NOTIFY)
+    notify_window_seconds: float = setting(
+        "NOTIFY_WINDOW_SECONDS", v.number(positive=True), 300.0, "coalescing window: more of "
+        "one kind for one source within it are one more message, with their count", NOTIFY)
+    notify_failing_threshold: int = setting(
+        "NOTIFY_FAILING_THRESHOLD", v.integer(1), 10, "failed job attempts of a source "
+        "within the window that make it failing (`provider.failing`)", NOTIFY)
+    console_url: str | None = setting(
+        "CONSOLE_URL", v.http_url, None, "the console's address, for the links in "
+        "messages", NOTIFY, "unset: messages name a `webhooks events` command")
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         return cls(**v.read(cls, env))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", self.data_dir.absolute())
+        if self.notify_webhook_url and not self.notify_webhook_secret:
+            raise ConfigError("NOTIFY_WEBHOOK_SECRET",
+                              "must be set with NOTIFY_WEBHOOK_URL (the POSTs are signed)")
 
     @property
     def tracing(self) -> bool:

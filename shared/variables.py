@@ -14,6 +14,8 @@ line naming the variable.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import ipaddress
 import os
@@ -42,6 +44,7 @@ class Section(StrEnum):
     RECONCILIATION = "reconciliation"
     INGRESS = "ingress"
     OBSERVABILITY = "observability"
+    NOTIFICATIONS = "notifications"
 
 
 @dataclass(frozen=True)
@@ -282,6 +285,24 @@ def _findable(module: str) -> bool:
         found = spec.submodule_search_locations
         locations = list(found) if found is not None else None
     return True
+
+
+def webhook_secret(raw: str) -> str:
+    """A Standard Webhooks signing secret: `whsec_` and base64 bytes."""
+    raw = raw.strip()
+    encoded = raw.removeprefix("whsec_")
+    if encoded == raw:
+        raise ValueError("must start with whsec_")
+    if not re.fullmatch(r"[A-Za-z0-9+/]+={0,2}", encoded) or not _b64(encoded):
+        raise ValueError("must be whsec_ followed by base64")
+    return raw
+
+
+def _b64(encoded: str) -> bytes:
+    try:
+        return base64.b64decode(encoded + "==")  # the padding may be left out
+    except binascii.Error:
+        return b""
 
 
 def pattern(regex: str, what: str) -> Parser:

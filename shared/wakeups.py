@@ -34,6 +34,10 @@ JOBS_QUEUE = "jobs"
 OUTBOX_QUEUE = "outbox"
 PROCESS_JOBS = "process_jobs"
 DISPATCH_OUTBOX = "dispatch_outbox"
+# Notifications have their own queue and actor (worker/notify.py): a slow or failing Slack
+# or webhook receiver never holds up the receipts' dispatch.
+NOTIFY_QUEUE = "notifications"
+DISPATCH_NOTIFICATIONS = "dispatch_notifications"
 # A worker claims up to this many due jobs per wake-up; whoever makes jobs due sends one
 # wake-up per this many (wake_jobs, wake_due_jobs, messages_for).
 JOBS_PER_MESSAGE = 50
@@ -67,7 +71,7 @@ def create_broker(settings: Settings) -> dramatiq.Broker:
         )
         client = redis.Redis(connection_pool=pool)
         broker = NoticedRedisBroker(client=client, middleware=middleware)
-    for queue in (JOBS_QUEUE, OUTBOX_QUEUE):
+    for queue in (JOBS_QUEUE, OUTBOX_QUEUE, NOTIFY_QUEUE):
         broker.declare_queue(queue)
     return broker
 
@@ -129,6 +133,20 @@ def wake_outbox(broker: dramatiq.Broker, count: int = 1) -> bool:
             broker.enqueue(_message(OUTBOX_QUEUE, DISPATCH_OUTBOX, ()))
     except Exception as error:
         log.warning("broker unreachable, outbox left for the sweeper: %s", _one_line(error))
+        return False
+    return True
+
+
+def wake_notifications(broker: dramatiq.Broker, count: int = 1, *, delay: float = 0) -> bool:
+    """Best effort: enqueue `count` notification dispatch wake-ups, `delay` seconds from
+    now (a coalesced tail, due when its window closes)."""
+    delay_ms = int(delay * 1000) or None
+    try:
+        for _ in range(count):
+            broker.enqueue(_message(NOTIFY_QUEUE, DISPATCH_NOTIFICATIONS, ()), delay=delay_ms)
+    except Exception as error:
+        log.warning("broker unreachable, notifications left for the sweeper: %s",
+                    _one_line(error))
         return False
     return True
 

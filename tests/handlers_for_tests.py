@@ -36,3 +36,9 @@ def slow_credit(ctx: JobContext) -> str:
     seconds = float(os.environ.get("TEST_HANDLER_SLEEP", "0"))
     ctx.conn.execute(sa.text("SELECT pg_sleep(:s)"), {"s": seconds})
     return "credited slowly"
+
+
+@handler("stripe", "test.poison")
+def poison(ctx: JobContext) -> str:
+    """Raises on every attempt: its job fails once JOB_MAX_ATTEMPTS are spent."""
+    raise RuntimeError(f"poison event {ctx.event_id}: this handler always fails")

@@ -28,7 +28,7 @@ import click
 from sqlalchemy.engine import Engine
 
 from shared.errors import ConfigError, DatabaseUnavailable, MissingVariable, WebhooksError
-from shared.models import JobStatus
+from shared.models import JobStatus, NotificationKind, NotificationStatus
 from shared.providers import NAMES as PROVIDERS
 from shared.providers import RECONCILED
 from shared.settings import Settings
@@ -505,6 +505,31 @@ def _list_events(engine: Engine, spec: Any, limit: int) -> tuple[list[Any], bool
             if after is None:
                 return rows, False
     return rows, True
+
+
+@main.command()
+@click.option("--kind", type=click.Choice([str(k) for k in NotificationKind]),
+              help="One kind of notification.")
+@click.option("--status", type=click.Choice([str(s) for s in NotificationStatus]),
+              help="The notification's status.")
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def notifications(kind: str | None, status: str | None, limit: int, as_json: bool) -> None:
+    """Recorded notifications, newest first: kind, source, count, status, channels."""
+    settings = local_settings()
+    from shared import notifications as recorded
+    from webhooks import tables
+
+    def listed() -> list[Any]:
+        with _engine(settings).connect() as conn:
+            return recorded.list_notifications(conn, limit=limit, kind=kind, status=status)
+
+    rows = _database(listed)
+    if as_json:
+        for row in rows:
+            click.echo(tables.notification_line(row))
+        return
+    click.echo(tables.notifications_table(rows) if rows else "no notifications")
 
 
 @main.command()

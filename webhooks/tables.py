@@ -14,6 +14,7 @@ from typing import Any
 from shared import sources
 from shared.events import EventDetail, EventRow
 from shared.hooks import Section, Violation
+from shared.notifications import Listed
 from shared.terminal import visible
 
 EVENT_COLUMNS = ("status", "attempts", "age", "source", "account", "type", "event id",
@@ -195,3 +196,23 @@ def violation_json(violation: Violation) -> str:
     by table."""
     return to_json({"check": violation.check, "provider": violation.provider or None,
                     "message": violation.finding.message, "rows": violation.finding.rows})
+
+
+NOTIFICATION_COLUMNS = ("created", "kind", "source", "count", "status", "channels", "id")
+
+
+def notification_line(row: Listed) -> str:
+    """One notification as one JSON object (`notifications --json`)."""
+    return to_json({**asdict(row), "label": row.label, "shown_status": row.shown_status})
+
+
+def notifications_table(rows: Iterable[Listed]) -> str:
+    """Newest first: when, kind, provider/source, count, status, each channel's status."""
+    table = [list(NOTIFICATION_COLUMNS)] + [[
+        row.created_at.isoformat(timespec="seconds"), visible(row.kind), visible(row.label),
+        str(row.count), row.shown_status,
+        " ".join(f"{channel}:{state}" for channel, state in sorted(row.channels.items())) or "-",
+        visible(row.id)] for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(NOTIFICATION_COLUMNS))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
+                     .rstrip() for line in table)

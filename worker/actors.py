@@ -1,5 +1,5 @@
-"""Dramatiq actors: thin bindings over worker/jobs.py and worker/outbox.py. Importing this
-module configures the broker from the environment, so the `dramatiq` command (run by
+"""Dramatiq actors: thin bindings over worker/jobs.py, worker/outbox.py and worker/notify.py.
+Importing this module configures the broker from the environment, so the `dramatiq` command (run by
 `webhooks worker`) can load it.
 
 Each message is a wake-up that carries at most an id: the actor claims due rows itself,
@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from shared import db, tracing, wakeups
 from shared.logs import configure_logging
 from shared.settings import Settings
-from worker import handlers, jobs, outbox, shutdown
+from worker import handlers, jobs, notify, outbox, shutdown
 
 shutdown.tolerate_group_sigterm()  # imported in each worker process, after Dramatiq's handler
 settings = Settings.from_env()
@@ -54,3 +54,11 @@ def dispatch_outbox() -> None:
     """Send due outbox emails through Postmark (or the log), once per idempotency key
     (worker.outbox.on_wakeup)."""
     outbox.on_wakeup(engine(), settings, broker)
+
+
+@dramatiq.actor(queue_name=wakeups.NOTIFY_QUEUE, actor_name=wakeups.DISPATCH_NOTIFICATIONS,
+                max_retries=0, time_limit=300_000)
+def dispatch_notifications() -> None:
+    """Send due notification deliveries to Slack, email and the webhook, once each
+    (worker.notify.on_wakeup), apart from the receipts' dispatch."""
+    notify.on_wakeup(engine(), settings, broker)

@@ -50,7 +50,7 @@ import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, hooks, metrics, payloads, queries, sources, tracing, wakeups
+from shared import db, hooks, metrics, notifications, payloads, queries, sources, tracing, wakeups
 from shared.errors import DatabaseUnavailable, PermanentJobError, describe
 from shared.queries import ClaimedJob
 from shared.settings import Settings
@@ -67,6 +67,7 @@ BATCH_SIZE = wakeups.JOBS_PER_MESSAGE
 LOOP_SECONDS = 1.0
 BATCH_SECONDS = 0.25  # a batch takes no new job after this long
 COLD_CLAIM = 10  # a process's first claims, before it knows how long its jobs take
+TAIL_SLACK_SECONDS = 0.5  # a coalesced tail's wake-up, this long after its window closes
 
 
 class Pace:
@@ -101,6 +102,10 @@ class BatchResult:
     deferred: list[int] = field(default_factory=list)  # lock conflicts: run again now
     emails_queued: int = 0
     more: bool = False  # claimed jobs left pending (time budget), or the claim was full
+    # What the open transaction reports (written just before its COMMIT), and what the
+    # committed ones recorded (their wake-ups).
+    notes: notifications.Notes = field(default_factory=notifications.Notes)
+    notified: notifications.Recorded = field(default_factory=notifications.Recorded)
 
 
 def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker,
@@ -128,6 +133,10 @@ def _wake_after(broker: dramatiq.Broker, result: BatchResult) -> bool:
     at its time, the jobs deferred after a lock conflict at once. True if it sent a
     dispatch message (no dispatch runs in this process)."""
     outbox_woken = bool(result.emails_queued) and outbox.wake(broker)
+    if result.notified.due_now:
+        wakeups.wake_notifications(broker)
+    if result.notified.tail_in is not None:
+        wakeups.wake_notifications(broker, delay=result.notified.tail_in + TAIL_SLACK_SECONDS)
     for retried_id, delay in result.retried:
         wakeups.wake_jobs(broker, [retried_id], delay=delay)
     if result.deferred:
@@ -160,6 +169,7 @@ def process_batch(
                     applied.append(attempt)
             if applied:
                 _mark_done(conn, applied)
+            _notify(conn, settings, applied, result)
     except DatabaseUnavailable:
         raise
     except Exception as error:
@@ -189,6 +199,16 @@ def _log_batch(result: BatchResult, started: float) -> None:
             "retried": len(result.retried), "deferred": len(result.deferred),
             "emails_queued": result.emails_queued,
             "seconds": round(time.monotonic() - started, 4)})
+def _notify(conn: Connection, settings: Settings, applied: Sequence[_Applied],
+            result: BatchResult) -> None:
+    """Record, last in the transaction (shared/notifications.py: the lock order), what it
+    reports: the failures _after_error noted, and the done jobs' sources (a failing one
+    has recovered)."""
+    for job in applied:
+        result.notes.job_done(job.row.provider, job.row.source)
+        for occurrence in job.notifications:
+            result.notes.add(occurrence)
+    result.notified += notifications.flush(conn, settings, result.notes)
 
 
 @dataclass(frozen=True)
@@ -196,6 +216,7 @@ class _Applied:
     row: ClaimedJob
     outcome: str
     emails_queued: int
+    notifications: tuple[notifications.Occurrence, ...] = ()
 
 
 def _claim(conn: Connection, statement: sa.TextClause,
@@ -293,7 +314,8 @@ def _run_handler(conn: Connection, settings: Settings, row: ClaimedJob) -> _Appl
         ctx = _job_context(conn, settings, row)
         function = handlers.find(row.provider, row.event_type)
         outcome = function(ctx) if function else "no handler"
-        applied = _Applied(row, (outcome or "done")[:200], ctx.emails_queued)
+        applied = _Applied(row, (outcome or "done")[:200], ctx.emails_queued,
+                           tuple(ctx.notifications))
         span.set_attribute("webhooks.outcome", applied.outcome)
     return applied
 
@@ -345,6 +367,7 @@ def _process_one(engine: Engine, settings: Settings, job_id: int, result: BatchR
         row = rows[0]
         result.claimed += 1
         applied = _apply(conn, settings, row, result)
+        _notify(conn, settings, [applied] if applied else [], result)
     if applied is not None:
         _after_done(applied, result)
 
@@ -384,7 +407,10 @@ def _after_error(
     message = describe(error)
     attempts = row.attempts + 1
     policy = retries.for_jobs(settings)
-    if isinstance(error, PermanentJobError) or policy.exhausted(attempts):
+    final = isinstance(error, PermanentJobError) or policy.exhausted(attempts)
+    result.notes.failed_attempt(row.provider, row.source, job_id=row.id,
+                                event_id=row.event_id, error=message, final=final)
+    if final:
         _mark(conn, queries.JobMarkFailed, {"id": row.id, "error": message})
         result.failed += 1
         metrics.jobs_failed.inc()

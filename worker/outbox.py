@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -41,7 +41,7 @@ import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, failover, metrics, queries, tracing, wakeups
+from shared import db, failover, metrics, notifications, queries, tracing, wakeups
 from shared.errors import EmailOutcomeUnknown, EmailRejected, describe
 from shared.queries import ClaimedEmail
 from shared.settings import Settings
@@ -72,6 +72,7 @@ class DispatchResult:
     more: bool = False  # a full batch was claimed: more rows may be due
     claimed: int = 0
     released: int = 0  # not attempted before the deadline: due again at once
+    notified: notifications.Recorded = field(default_factory=notifications.Recorded)
 
 
 def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> None:
@@ -92,6 +93,10 @@ def wake(broker: dramatiq.Broker) -> bool:
 
 def _round(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> None:
     result = dispatch_due(engine, settings)
+    if result.notified.due_now:
+        wakeups.wake_notifications(broker)
+    if result.notified.tail_in is not None:
+        wakeups.wake_notifications(broker, delay=result.notified.tail_in + 0.5)
     if result.more:
         wakeups.wake_outbox(broker, 1)  # here again, or another process
     elif result.claimed:
@@ -205,6 +210,11 @@ def _record(engine: Engine, settings: Settings, rows: Sequence[ClaimedEmail],
                             extra=_log_fields(row))
             else:
                 changes.append((row, *change))
+        # email.failed, in the transaction that fails the email (last: the lock order)
+        result.notified += notifications.record(conn, settings, [
+            notifications.Occurrence(notifications.Kind.EMAIL_FAILED, row.provider,
+                                     samples=[row.idempotency_key], error=params["error"])
+            for row, status, params in changes if status == "failed"])
     for row, status, params in changes:
         _report(row, status, params, result)
     # One INFO line per dispatch: the outbox table is the record of every email, so each

@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy.engine import Engine
 
-from shared import db, providers, queries, sources, wakeups
+from shared import db, notifications, providers, queries, sources, wakeups
 from shared.errors import InvalidPayload, MissingVariable, WebhooksError
 from shared.models import ReceivedVia
 from shared.providers import stripe as stripe_provider
@@ -40,6 +40,7 @@ DEFAULT_LOOKBACK = timedelta(hours=72)  # Stripe retries for 3 days
 # listed by the API only later is still in the next run's window.
 MARGIN = timedelta(minutes=15)
 CHECK_BATCH = 500  # event ids looked up in the database per statement
+FAILING_RUNS = 3  # failed runs in a row of a source that make a reconcile.failing
 
 
 class ReconcileFailed(WebhooksError):
@@ -317,9 +318,28 @@ def since_for_clock(engine: Engine, provider: str, source: str | None = None) ->
     return min(last - MARGIN, datetime.now(UTC))
 
 
-def record_run(engine: Engine, result: Result) -> None:
-    """Store the run's outcome; a success moves the next run's start."""
+def record_run(engine: Engine, result: Result,
+               settings: Settings | None = None) -> notifications.Recorded:
+    """Store the run's outcome; a success moves the next run's start. With settings, in
+    the same transaction: `reconcile.found` for a run that recorded events (how many), and
+    `reconcile.failing` for the third failed run in a row of the source (once a streak)."""
     with db.transaction(engine) as conn:
-        conn.execute(queries.ReconcileRunFinish, {
+        in_a_row = conn.execute(queries.ReconcileRunFinish, {
             "provider": result.provider, "source": result.source, "error": result.error,
-            "listed": result.listed, "recorded": result.recorded})
+            "listed": result.listed, "recorded": result.recorded}).scalar()
+        found = [] if settings is None else _run_notifications(result, in_a_row or 0)
+        return notifications.record(conn, settings, found) if settings and found else (
+            notifications.Recorded())
+
+
+def _run_notifications(result: Result, in_a_row: int) -> list[notifications.Occurrence]:
+    found = []
+    if result.recorded:
+        found.append(notifications.Occurrence(
+            notifications.Kind.RECONCILE_FOUND, result.provider, result.source,
+            count=result.recorded, extra={"listed": result.listed}))
+    if result.error is not None and in_a_row == FAILING_RUNS:
+        found.append(notifications.Occurrence(
+            notifications.Kind.RECONCILE_FAILING, result.provider, result.source,
+            count=in_a_row, error=result.error))
+    return found

@@ -46,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 POSTMARK_TOKEN = "acceptance-postmark-token"
 TABLES = ("outbox", "ledger_entries", "accounts", "subscriptions", "webhook_duplicates",
           "reconcile_runs", "paused_providers", "audit_results", "jobs", "webhook_events",
-          "failover_reconciles", "database_timelines")
+          "failover_reconciles", "database_timelines", "notification_deliveries",
+          "notifications", "notification_windows", "notification_health")
 
 
 def free_port() -> int:

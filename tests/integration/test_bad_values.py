@@ -65,6 +65,13 @@ BAD_VALUES: dict[str, str] = {
     "GITHUB_SOURCES": "org,org",
     "SLACK_SOURCES": "default",
     "STANDARD_SOURCES": "x" * 33,
+    "NOTIFY_SLACK_WEBHOOK_URL": "hooks.slack.com/services/x",
+    "NOTIFY_EMAIL_TO": "oncall",
+    "NOTIFY_WEBHOOK_URL": "ftp://hooks.example.com",
+    "NOTIFY_WEBHOOK_SECRET": "whsec_***",
+    "NOTIFY_WINDOW_SECONDS": "0",
+    "NOTIFY_FAILING_THRESHOLD": "0",
+    "CONSOLE_URL": "console.example.com",
 }
 # A named source's variables (the README's patterns, `STRIPE_<NAME>_EVENTS`): each with the
 # variables that name its source and give it a secret.
@@ -136,3 +143,8 @@ def _check_refused(variable: str, values: dict[str, str], process: str, tmp_path
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert len(lines) == 1 and lines[0].startswith(f"webhooks: {variable}: "), lines
+
+
+def test_a_notification_webhook_without_its_secret_stops_the_process(tmp_path: Path) -> None:
+    _check_refused("NOTIFY_WEBHOOK_SECRET", {"NOTIFY_WEBHOOK_URL": "https://hooks.example.com/x"},
+                   "worker", tmp_path)

@@ -79,7 +79,7 @@ def jobs_woken(broker: StubBroker) -> int:
 # --- credentials ------------------------------------------------------------------------
 
 PAGES = ["/", "/events", "/events?status=failed", "/emails", "/events/stripe/evt_1",
-         "/events/replay", "/console-static/console.css"]
+         "/events/replay", "/notifications", "/console-static/console.css"]
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -629,3 +629,31 @@ def test_the_console_apps_own_answers_carry_the_headers_and_merge_no_slashes(
     for response in (unrouted, wrong_method, doubled):
         for header, value in SECURITY_HEADERS.items():
             assert response.headers.get(header) == value, (response.status, header)
+
+
+# --- notifications ------------------------------------------------------------------------
+
+
+def test_the_notifications_page_lists_them_newest_first_with_their_channels(
+        client: FlaskClient, clean_db: Engine, settings: Settings) -> None:
+    import dataclasses
+
+    from shared import db, notifications
+    from shared.notifications import Kind, Occurrence
+
+    slack = dataclasses.replace(settings, notify_slack_webhook_url="http://127.0.0.1:9/x")
+    with db.transaction(clean_db) as conn:
+        notifications.record(conn, slack, [Occurrence(Kind.JOB_FAILED, "stripe", "connect",
+                                                      error="<script>boom</script>")])
+    with db.transaction(clean_db) as conn:
+        notifications.record(conn, settings, [Occurrence(Kind.DATABASE_FAILOVER)])
+    page = get(client, "/notifications").get_data(as_text=True)
+    table = page.split("<table>")[-1]  # after the filters' choices
+    assert table.index("database.failover") < table.index("job.failed")
+    assert "stripe/connect" in page and "no channel" in page and "slack" in page
+    assert "<script>boom" not in page and "&lt;script&gt;boom" in page
+    assert 'href="/notifications"' in get(client, "/").get_data(as_text=True)
+    only = get(client, "/notifications?kind=job.failed").get_data(as_text=True)
+    assert "job.failed" in only and "database.failover" not in only.split("<table>")[-1]
+    assert get(client, "/notifications?kind=nope").status_code == 400
+    assert "<form method=\"post\"" not in page  # read-only

@@ -179,7 +179,7 @@ def test_the_clock_sweep_age_and_intervals_are_on_metrics(clean_db: Engine,
     engine = db.create_engine(settings, pool_size=1)
     broker = wakeups.create_broker(settings)
     try:
-        assert sweep(engine, broker, Beat(7.0, 120.0, ("stripe/stripe", "stripe/connect")))
+        assert sweep(engine, broker, beat=Beat(7.0, 120.0, ("stripe/stripe", "stripe/connect")))
     finally:
         broker.close()
         engine.dispose()

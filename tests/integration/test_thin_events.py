@@ -239,6 +239,11 @@ def test_a_resolved_event_generation_failure_applies_the_object_it_names_once(
     assert rows(clean_db, "SELECT status, outcome FROM jobs") == [
         ("done", "invoice.paid: credited")]
     assert ("/v1/invoices/in_lost", "acct_lost", None) in fake.state.stripe_headers
+    # Its notification, committed with the job (shared/notifications.py).
+    [(kind, count, details)] = rows(clean_db, "SELECT kind, count, details FROM notifications")
+    assert (kind, count) == ("stripe.event_generation_failed", 1)
+    assert (details["object_id"], details["event_type"], details["account"]) == (
+        "in_lost", "invoice.paid", "acct_lost")
     # The invoice's own event, arriving after all, credits nothing more.
     factories.insert_event_and_job(clean_db, provider_events.stripe_event(
         "invoice.paid", paid, event_id="evt_late", created=int(NOW.timestamp())))

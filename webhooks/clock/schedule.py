@@ -76,7 +76,8 @@ def reconcile(settings: Settings, engine: Engine, broker: dramatiq.Broker,
     else:
         log.info("reconciled", extra={**fields, "since": since.isoformat(),
                                       "listed": result.listed, "recorded": result.recorded})
-    reconciliation.record_run(engine, result)
+    if reconciliation.record_run(engine, result, settings).due_now:
+        wakeups.wake_notifications(broker)
     return result
 
 
@@ -104,7 +105,8 @@ def reconcile_after_failover(settings: Settings, engine: Engine,
     return results
 
 
-def audit(engine: Engine) -> audits.Report | None:
+def audit(engine: Engine, settings: Settings | None = None,
+          broker: dramatiq.Broker | None = None) -> audits.Report | None:
     """One audit of every row, unless another clock is running one (None): each violation
     logged at ERROR, naming its check and rows, and the counts recorded."""
     report = audits.audit_unless_running(engine)
@@ -114,7 +116,8 @@ def audit(engine: Engine) -> audits.Report | None:
         log.error("audit: %s", violation.finding.message,
                   extra={"check": violation.check, "provider": violation.provider,
                          "rows": violation.finding.rows})
-    audits.record(engine, report)
+    if audits.record(engine, report, settings).due_now and broker is not None:
+        wakeups.wake_notifications(broker)
     log.info("audited", extra={"violations": len(report.violations),
                                "seconds": round(sum(report.seconds.values()), 3)})
     return report
@@ -137,7 +140,7 @@ def run(settings: Settings) -> None:
     recording = db.create_engine(settings, pool_size=1, autocommit=True, local_commits=True)
     broker = wakeups.create_broker(settings)
     scheduler = BlockingScheduler(timezone="UTC")
-    scheduler.add_job(_safely(sweep), "interval", args=(engine, broker, beat(settings)),
+    scheduler.add_job(_safely(sweep), "interval", args=(engine, broker, settings, beat(settings)),
                       seconds=settings.sweep_interval_seconds, id="sweep",
                       max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
     if settings.reconcile_interval_seconds > 0:
@@ -161,7 +164,7 @@ def run(settings: Settings) -> None:
         # often than the interval (every deploy) still audits; not at once, so that a
         # start's sweep and reconciliation go first.
         first = min(settings.audit_interval_seconds, AUDIT_FIRST_AFTER_SECONDS)
-        scheduler.add_job(_safely(audit), "interval", args=(engine,),
+        scheduler.add_job(_safely(audit), "interval", args=(engine, settings, broker),
                           seconds=settings.audit_interval_seconds, id="audit",
                           max_instances=1, coalesce=True,
                           next_run_time=datetime.now(UTC) + timedelta(seconds=first))

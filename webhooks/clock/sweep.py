@@ -4,7 +4,12 @@ idempotent: at worst a worker finds nothing to claim.
 
 Each sweep also records the database server's timeline (shared/failover.py): a timeline
 not seen before, after the first, is a failover, logged at WARNING; the clock's
-after-failover reconciliation and the outbox's searches follow from the recorded row.
+after-failover reconciliation and the outbox's searches follow from the recorded row; with
+settings, a failover's `database.failover` notification is recorded in the same
+transaction.
+
+Due notification deliveries are woken too (coalesced tails fall due when their window
+closes, whoever recorded them).
 
 And each sweep stamps the clock's heartbeat (clock_heartbeats) with the intervals it runs
 with: web's /metrics shows how long ago the clock last swept, and whether periodic
@@ -19,12 +24,14 @@ from dataclasses import dataclass
 import dramatiq
 from sqlalchemy.engine import Engine
 
-from shared import failover, queries, wakeups
+from shared import failover, notifications, queries, wakeups
 from shared.models import SWEEP_HEARTBEAT
+from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
 MAX_WAKEUPS_PER_SWEEP = 500
+NOTIFICATIONS_PER_WAKEUP = 20  # worker/notify.py claims this many deliveries a round
 
 
 @dataclass(frozen=True)
@@ -44,10 +51,11 @@ class SweepResult:
     due_emails: int
     woken: bool
     timeline: failover.Timeline | None = None  # a timeline seen for the first time
+    due_notifications: int = 0
 
 
 def sweep(engine: Engine, broker: dramatiq.Broker,
-          beat: Beat | None = None) -> SweepResult | None:
+          settings: Settings | None = None, beat: Beat | None = None) -> SweepResult | None:
     """Wake workers for due work, and stamp the heartbeat with `beat` (None: no stamp).
     None if another clock is sweeping right now."""
     with engine.begin() as conn:
@@ -55,12 +63,17 @@ def sweep(engine: Engine, broker: dramatiq.Broker,
             return None
         due_jobs = conn.execute(queries.JobCountDue).scalar_one()
         due_emails = conn.execute(queries.OutboxCountDue).scalar_one()
+        due_notifications = conn.execute(queries.NotificationCountDue).scalar_one()
         timeline = failover.record_timeline(conn)
         if beat is not None:
             conn.execute(queries.ClockHeartbeatStamp, {
                 "name": SWEEP_HEARTBEAT, "interval_seconds": beat.interval_seconds,
                 "reconcile_interval_seconds": beat.reconcile_interval_seconds,
                 "reconcile_sources": list(beat.reconcile_sources)})
+        if timeline is not None and timeline.failover and settings is not None:
+            due_notifications += notifications.record(conn, settings, [
+                notifications.Occurrence(notifications.Kind.DATABASE_FAILOVER, extra={
+                    "timeline": timeline.timeline_id})]).due_now
     if timeline is not None:
         _report(timeline)
     woken = True
@@ -71,10 +84,16 @@ def sweep(engine: Engine, broker: dramatiq.Broker,
         per = wakeups.EMAILS_PER_MESSAGE
         uncovered = _uncovered(broker, wakeups.OUTBOX_QUEUE, due_emails, per)
         woken &= wakeups.wake_outbox(broker, wakeups.messages_for(uncovered, per))
-    if due_jobs or due_emails:
+    if due_notifications:
+        uncovered = _uncovered(broker, wakeups.NOTIFY_QUEUE, due_notifications,
+                               NOTIFICATIONS_PER_WAKEUP)
+        woken &= wakeups.wake_notifications(
+            broker, wakeups.messages_for(uncovered, NOTIFICATIONS_PER_WAKEUP))
+    if due_jobs or due_emails or due_notifications:
         log.info("sweep woke workers",
-                 extra={"due_jobs": due_jobs, "due_emails": due_emails, "enqueued": woken})
-    return SweepResult(due_jobs, due_emails, woken, timeline)
+                 extra={"due_jobs": due_jobs, "due_emails": due_emails,
+                        "due_notifications": due_notifications, "enqueued": woken})
+    return SweepResult(due_jobs, due_emails, woken, timeline, due_notifications)
 
 
 def _report(timeline: failover.Timeline) -> None:

@@ -7,8 +7,8 @@
 
 Every request to it needs HTTP Basic auth; every POST a CSRF token (auth.py); with
 `readonly`, no button is rendered and every POST is refused (403). Pages: overview.py,
-events.py, emails.py. Nothing here holds state between requests but the engine and the
-broker it was given.
+events.py, emails.py, notifications.py. Nothing here holds state between requests but the
+engine and the broker it was given.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from shared import hooks, sources
 from shared.errors import DatabaseUnavailable
 from shared.events import MAX_ROW_ID
 from shared.models import EmailStatus, JobStatus
-from webhooks.console import emails, events, overview, pauses
+from webhooks.console import emails, events, notifications, overview, pauses
 from webhooks.console.auth import TOKEN_FIELD, Guard, challenge, too_many_failures
 from webhooks.console.settings import ConsoleSettings
 from webhooks.console.state import Console
@@ -89,6 +89,7 @@ def create_blueprint(engine: Engine, settings: ConsoleSettings, *,
     pauses.register(blueprint)
     events.register(blueprint)
     emails.register(blueprint)
+    notifications.register(blueprint)
     return blueprint
 
 

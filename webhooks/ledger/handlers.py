@@ -222,5 +222,7 @@ def apply_ungenerated_event(ctx: JobContext) -> str:
     event_type = str(impact.get("event_type") or "")
     apply = find("stripe", event_type)
     outcome = apply(ctx) if apply is not None and apply is not apply_ungenerated_event else None
-    # The stripe.event_generation_failed notification is raised here, in this transaction.
+    ctx.notify("stripe.event_generation_failed",
+               object_id=str(impact.get("related_object_id") or ""), event_type=event_type,
+               account=impact.get("account"))
     return f"{event_type}: {outcome or 'no effect'}"

@@ -45,7 +45,7 @@ from typing import Any
 from sqlalchemy import TextClause
 from sqlalchemy.engine import Connection
 
-from shared import db, hooks, queries, tracing
+from shared import db, hooks, notifications, queries, tracing
 from shared.hooks import (
     Column,
     Event,
@@ -79,6 +79,8 @@ class JobContext:
     account: str | None = None
     livemode: bool | None = None
     emails_queued: int = field(default=0)
+    # What the handler reported with notify(), recorded with the job's done mark.
+    notifications: list[notifications.Occurrence] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.source = self.source or self.provider
@@ -102,6 +104,16 @@ class JobContext:
         if row is not None:
             self.emails_queued += 1
         return row is not None
+
+
+    def notify(self, kind: str, *, count: int = 1, error: str | None = None,
+               **details: Any) -> None:
+        """Record a notification of `kind` (one of shared.models.NotificationKind) for
+        this event's source, in the job's transaction: it commits with the job's done
+        mark, or not at all. `details` (JSON values) go into the message."""
+        self.notifications.append(notifications.Occurrence(
+            notifications.Kind(kind), self.provider, self.source, count=count,
+            samples=[self.event_id], error=error, extra=details))
 
 
 def handler(provider: str, *event_types: str) -> Callable[[Handler], Handler]:
