@@ -111,7 +111,7 @@ def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
     heartbeats = conn.execute(queries.MetricsClockHeartbeats).all()
     reconcile_ages = conn.execute(queries.MetricsReconcileSourceAges,
                                   {"name": SWEEP_HEARTBEAT}).all()
-    notified: dict[str, int] = dict(conn.execute(queries.NotificationCountByStatus).tuples().all())
+    notified = {status: count for status, count in conn.execute(queries.NotificationCountByStatus)}
 
     metrics.database_failovers.set(failovers)
     metrics.queue_depth.labels("jobs").set(jobs_due)

@@ -628,6 +628,13 @@ def reconcile(target: str, since: datetime | None, dry_run: bool) -> None:
         if broker is not None:
             wakeups.wake_jobs(broker, job_ids)
 
+    def notify(result: reconciliation.Result) -> None:
+        """Its reconcile.found, as the clock's runs record theirs."""
+        recorded = _database(functools.partial(reconciliation.record_found, engine, result,
+                                               settings))
+        if recorded.due_now and broker is not None:
+            wakeups.wake_notifications(broker)
+
     for source in chosen:
         api = reconciliation.api_for(settings, source)
         try:
@@ -636,8 +643,10 @@ def reconcile(target: str, since: datetime | None, dry_run: bool) -> None:
                 dry_run=dry_run, wake=wake, source_name=source.name))
         except reconciliation.ReconcileFailed as error:
             done = error.result  # type: ignore[attr-defined]
+            notify(done)
             fail(f"{source.label}: {error} ({done.summary()}; what was recorded stays "
                  "recorded)")
+        notify(result)
         for listing in result.would_record:
             click.echo(visible(f"would record {listing.event_id} {listing.event_type or ''} "
                                f"{listing.created.isoformat()}".rstrip()))

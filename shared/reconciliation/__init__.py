@@ -332,6 +332,16 @@ def record_run(engine: Engine, result: Result,
             notifications.Recorded())
 
 
+def record_found(engine: Engine, result: Result, settings: Settings) -> notifications.Recorded:
+    """For a run of `webhooks reconcile`, which records no run (its --since is the
+    operator's, and must not move the clock's next start): its `reconcile.found`, when it
+    recorded events, in a transaction of its own after theirs."""
+    if not result.recorded:
+        return notifications.Recorded()
+    with db.transaction(engine) as conn:
+        return notifications.record(conn, settings, _run_notifications(result, 0))
+
+
 def _run_notifications(result: Result, in_a_row: int) -> list[notifications.Occurrence]:
     found = []
     if result.recorded:

@@ -365,6 +365,12 @@ def test_web_metrics_show_reconciliation_from_the_database(fake, recording, data
     assert 'webhooks_reconcile_last_success_timestamp_seconds{provider="stripe"}' in text
 
 
+def _notifications(engine: Engine) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(sa.text(
+            "SELECT kind, provider, source, count FROM notifications ORDER BY created_at"))]
+
+
 def test_the_reconcile_command(fake, recording, database_url, settings) -> None:  # type: ignore[no-untyped-def]
     from click.testing import CliRunner
 
@@ -381,8 +387,14 @@ def test_the_reconcile_command(fake, recording, database_url, settings) -> None:
     assert dry.exit_code == 0, dry.output
     assert dry.output.count("would record evt_") == 11
     assert dry.output.splitlines()[-1] == "listed 12, already recorded 1, recorded 0"
+    assert _notifications(recording) == []  # a dry run records nothing, no notification
     real = runner.invoke(main, ["reconcile", "stripe", "--since", "2h"], env=env)
     assert real.exit_code == 0 and real.output == "listed 12, already recorded 1, recorded 11\n"
+    # The command's run is told as the clock's are: one reconcile.found with its count.
+    assert _notifications(recording) == [("reconcile.found", "stripe", "stripe", 11)]
+    again = runner.invoke(main, ["reconcile", "stripe", "--since", "2h"], env=env)
+    assert again.output == "listed 12, already recorded 12, recorded 0\n"
+    assert len(_notifications(recording)) == 1  # nothing found, nothing told
     fake.state.fail_after = 0
     failed = runner.invoke(main, ["reconcile", "stripe"], env=env)
     assert failed.exit_code == 1 and "Stripe" in failed.output
