@@ -1,5 +1,6 @@
 """`/`: per provider, events received, duplicates, jobs by status, paused or not, the age of
-the oldest due job; and the events of the last 24 hours per hour."""
+the oldest due job; and the events of the last 24 hours per hour. On large tables the
+counts are the statistics' estimates (shared/overview.py), marked "≈"."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import UTC
 
 from flask import Blueprint, render_template
 
-from shared import events
+from shared import events, overview
 from webhooks.console import chart
 from webhooks.console.state import reading
 
@@ -20,8 +21,9 @@ def register(blueprint: Blueprint) -> None:
 
 def show() -> str:
     with reading() as conn:
-        providers = events.overview(conn)
+        providers = overview.overview(conn)
         hours = events.events_per_hour(conn, CHART_HOURS)
     hours = [(hour.astimezone(UTC), count) for hour, count in hours]
     return render_template("console/overview.html", providers=providers,
-                           chart=chart.layout(hours), hours=CHART_HOURS)
+                           chart=chart.layout(hours), hours=CHART_HOURS,
+                           exact_below=f"{overview.EXACT_BELOW_ROWS:,}")
