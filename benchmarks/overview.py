@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import math
 import statistics
 import time
 from typing import Any
@@ -96,7 +97,7 @@ def time_page(engine: sa.Engine, rounds: int) -> list[float]:
 def summary(timings: list[float]) -> dict[str, float]:
     ordered = sorted(timings)
     return {"p50_ms": round(statistics.median(ordered), 1),
-            "p99_ms": round(ordered[max(int(len(ordered) * 0.99) - 1, 0)], 1),
+            "p99_ms": round(ordered[max(math.ceil(len(ordered) * 0.99) - 1, 0)], 1),
             "rounds": len(ordered)}
 
 
