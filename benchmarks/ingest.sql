@@ -15,6 +15,9 @@ WITH event AS (
     ON CONFLICT DO NOTHING
     RETURNING provider, source, event_id, event_type
 )
-INSERT INTO jobs (provider, source, event_id, event_type)
-SELECT provider, source, event_id, event_type FROM event
+INSERT INTO jobs (provider, source, event_id, event_type, held)
+SELECT provider, source, event_id, event_type,
+       EXISTS (SELECT 1 FROM paused_providers p WHERE p.provider = event.provider
+               AND p.source IN ('*', event.source))
+FROM event
 RETURNING id, status;

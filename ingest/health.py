@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
-from shared import metrics, pausing, providers, queries
+from shared import metrics, overview, pausing, providers, queries
 from shared.models import SWEEP_HEARTBEAT, EmailStatus, JobStatus, NotificationStatus
 from shared.sources import Source
 
@@ -45,7 +45,8 @@ def metrics_text() -> Response:
 
 
 CACHE_SECONDS = 5.0  # the database is read at most this often per server process
-EXACT_BELOW_ROWS = 100_000  # larger tables: done jobs and sent emails are estimated
+# Larger tables: done jobs and sent emails are estimated (the console's overview too).
+EXACT_BELOW_ROWS = overview.EXACT_BELOW_ROWS
 STATUSES = tuple(str(status) for status in JobStatus)
 EMAIL_STATUSES = tuple(str(status) for status in EmailStatus)
 

@@ -1,7 +1,7 @@
 """Finding events: the listing with filters and keyset pagination, one event with its job,
 its emails and its effects (as the effects hooks of its provider show them, shared.hooks),
-and the per-provider overview. Read-only; `webhooks events`, `webhooks show`
-and the console all read through here.
+and the events per hour (the overview's counts are in shared/overview.py). Read-only;
+`webhooks events`, `webhooks show` and the console all read through here.
 
 Search (`EventFilter.search`) matches an event id exactly, or a word or phrase of the
 payload's string and number values (Postgres full-text search, `simple` configuration:
@@ -12,7 +12,6 @@ index is not used.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from shared import hooks, payloads, sources
+from shared import hooks, payloads
 from shared.models import (
     ALL_SOURCES,
     SEARCH_PAYLOAD_BYTES,
@@ -220,65 +219,6 @@ def _emails(conn: Connection, key: dict[str, str]) -> list[dict[str, Any]]:
                         .where(o.provider == key["provider"], o.event_id == key["event_id"])
                         .order_by(o.id))
     return [dict(row._mapping) for row in rows]
-
-
-@dataclass(frozen=True)
-class ProviderCounts:
-    provider: str
-    received: int
-    duplicates: int
-    pending: int
-    done: int
-    failed: int
-    oldest_due_seconds: float | None  # age of the oldest due pending job (paused or not)
-    paused: bool = False  # the provider as a whole or this source
-    provider_paused: bool = False  # the provider as a whole (`webhooks pause stripe`)
-    source: str = ""  # the source's name (the provider's for its default source)
-
-    @property
-    def label(self) -> str:
-        """`stripe`, `stripe/connect`: as commands name the source."""
-        return sources.label(self.provider, self.source)
-
-
-Key = tuple[str, str]  # (provider, source)
-
-
-def overview(conn: Connection, configured: Iterable[Key] = ()) -> list[ProviderCounts]:
-    """Per source: events received, duplicates, jobs by status, oldest due job's age,
-    paused or not. Listed: the configured sources, those with rows, and the paused ones
-    (a paused provider's default source stands for it), even before their first event."""
-    e, j, d, p = webhook_events.c, jobs.c, webhook_duplicates.c, paused_providers.c
-    received = _by_key(conn, sa.select(e.provider, e.source, sa.func.count())
-                       .group_by(e.provider, e.source))
-    duplicates = _by_key(conn, sa.select(d.provider, d.source, sa.func.count())
-                         .group_by(d.provider, d.source))
-    by_status: dict[tuple[str, str, str], int] = {
-        (row.provider, row.source, row.status): row.n for row in conn.execute(
-            sa.select(j.provider, j.source, j.status, sa.func.count().label("n"))
-            .group_by(j.provider, j.source, j.status))}
-    oldest = _by_key(conn, sa.select(
-        j.provider, j.source, sa.func.extract("epoch", sa.func.now() - sa.func.min(j.run_at)))
-        .where(j.status == str(JobStatus.PENDING), j.run_at <= sa.func.now())
-        .group_by(j.provider, j.source))
-    pauses = {(row.provider, row.source) for row in conn.execute(sa.select(p.provider, p.source))}
-    keys = sorted(set(received) | set(duplicates) | {(pr, so) for pr, so, _ in by_status}
-                  | set(configured) | {(pr, pr if so == ALL_SOURCES else so)
-                                       for pr, so in pauses})
-    return [ProviderCounts(
-        provider=pr, source=so, received=int(received.get((pr, so), 0)),
-        duplicates=int(duplicates.get((pr, so), 0)),
-        pending=by_status.get((pr, so, JobStatus.PENDING), 0),
-        done=by_status.get((pr, so, JobStatus.DONE), 0),
-        failed=by_status.get((pr, so, JobStatus.FAILED), 0),
-        oldest_due_seconds=float(oldest[pr, so]) if (pr, so) in oldest else None,
-        paused=bool(pauses & {(pr, ALL_SOURCES), (pr, so)}),
-        provider_paused=(pr, ALL_SOURCES) in pauses,
-    ) for pr, so in keys]
-
-
-def _by_key(conn: Connection, query: sa.Select[Any]) -> dict[Key, Any]:
-    return {(row[0], row[1]): row[2] for row in conn.execute(query)}
 
 
 def events_per_hour(conn: Connection, hours: int = 24) -> list[tuple[datetime, int]]:

@@ -199,6 +199,9 @@ jobs = Table(
     Column("finished_at", DateTime(timezone=True)),
     # The W3C traceparent of the ingest's request span when tracing is on (shared/tracing.py)
     Column("trace_context", Text),
+    # A pending job whose source is paused (shared/pausing.py): kept out of the claim's
+    # range of the pending index, so that a paused backlog costs the claims nothing.
+    Column("held", Boolean, nullable=False, server_default=text("false")),
     PrimaryKeyConstraint("id"),
     UniqueConstraint("provider", "source", "event_id"),
     ForeignKeyConstraint(
@@ -208,10 +211,12 @@ jobs = Table(
     ),
     CheckConstraint(one_of(JobStatus), name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
-    # The claim query's index, in its ORDER BY (run_at, id): only due pending work is
-    # scanned, and a claim reads its LIMIT rows even when thousands share one run_at (a
-    # replay, a bulk insert) instead of sorting every pending row.
-    Index("ix_jobs_pending_run_at_id", "run_at", "id",
+    # The claim query's index, in its ORDER BY (run_at, id) after `held`: a claim reads
+    # the range held = false only, in the claim's order, so its LIMIT rows even when
+    # thousands share one run_at (a replay, a bulk insert) and however many paused jobs
+    # wait in the range held = true; resume and the sweeper read that range. Only pending
+    # work is in it, all of it: the pending counts scan it whole.
+    Index("ix_jobs_pending_held_run_at_id", "held", "run_at", "id",
           postgresql_where=text(f"status = '{JobStatus.PENDING}'")),
     Index(None, "status", "finished_at"),
 )

@@ -36,11 +36,13 @@ RECONCILE = ReceivedVia.RECONCILE
 # same body for a provider whose ids are not signed (body_sha256, NULL for the others),
 # waits for the other transaction and then inserts nothing, so exactly one delivery
 # creates the event; the job is inserted only from the event row this statement inserted.
-# No row: a duplicate.
+# No row: a duplicate. The job is held (kept out of the claims' range, shared/pausing.py)
+# when its source is paused as the statement runs: one probe of paused_providers' primary
+# key, a table of one row per pause (empty, nothing paused).
 # Proven by: test_ingest.py::test_twenty_processes_deliver_the_same_event_at_once,
 # test_hostile_input.py::test_a_captured_delivery_resent_with_new_ids_is_a_duplicate,
 # test_reconcile.py::test_a_delivery_and_a_reconciliation_at_once_make_one_event.
-EventJobInsert = text("""
+EventJobInsert = text(f"""
     WITH event AS (
         INSERT INTO webhook_events (provider, source, event_id, event_type, payload,
                                     received_via, body_sha256, account, livemode)
@@ -49,8 +51,11 @@ EventJobInsert = text("""
         ON CONFLICT DO NOTHING
         RETURNING provider, source, event_id, event_type
     )
-    INSERT INTO jobs (provider, source, event_id, event_type, trace_context)
-    SELECT provider, source, event_id, event_type, CAST(:trace_context AS text) FROM event
+    INSERT INTO jobs (provider, source, event_id, event_type, trace_context, held)
+    SELECT provider, source, event_id, event_type, CAST(:trace_context AS text),
+           EXISTS (SELECT 1 FROM paused_providers p WHERE p.provider = event.provider
+                   AND p.source IN ('{ALL_SOURCES}', event.source))
+    FROM event
     RETURNING id, status
 """)
 
@@ -107,20 +112,33 @@ class ClaimedJob(NamedTuple):
     livemode: bool | None  # Stripe's livemode, else None
 
 
-# Due: pending, its time come, and neither its provider nor its source paused (`webhooks
-# pause stripe`: a row with source '*'; `webhooks pause stripe/connect`: source 'connect').
-# The claims and the counts that wake workers use this one condition, so a paused source's
-# jobs are neither claimed nor woken for. One anti-join probing paused_providers' primary
-# key (provider, source) twice per job at most (the claim's cost: benchmarks/claim.py).
-DUE = f"""status = '{PENDING}' AND run_at <= now()
-        AND NOT EXISTS (SELECT 1 FROM paused_providers p WHERE p.provider = jobs.provider
-                        AND p.source IN ('{ALL_SOURCES}', jobs.source))"""
+# A job's source is paused: its provider is (`webhooks pause stripe`: a row with source '*')
+# or the source is (`webhooks pause stripe/connect`: source 'connect'). OFFSET 0 keeps it a
+# filter evaluated per row the scan returns (a subplan) instead of an anti-join: joined, the
+# planner's guess of how many jobs a pause leaves (paused_providers, a few rows, is seldom
+# analyzed) made it sort every pending job for a claim of 50 instead of reading the index.
+PAUSED = f"""EXISTS (SELECT 1 FROM paused_providers p WHERE p.provider = jobs.provider
+                     AND p.source IN ('{ALL_SOURCES}', jobs.source) OFFSET 0)"""
+
+# Waiting: pending, its time come, its source not paused; due in the spec's sense (what the
+# audit and the oldest-due gauge watch), held or not.
+WAITING = f"status = '{PENDING}' AND run_at <= now() AND NOT {PAUSED}"
+
+# Due: waiting and not held. The claims and the counts that wake workers use this one
+# condition, so a paused source's jobs are neither claimed nor woken for. `NOT held` is the
+# fast path: the claim reads the pending index's range held = false only, and a paused
+# backlog is held (shared/pausing.py). The anti-join is the guarantee: it keeps a paused
+# source's jobs unclaimed from the pause's commit on, before they are held and if one is
+# missed (recorded as the pause committed; the sweeper holds it), at the cost of its probes
+# per claimed job only (benchmarks/claim.py).
+DUE = f"status = '{PENDING}' AND NOT held AND run_at <= now() AND NOT {PAUSED}"
 
 # SKIP LOCKED: a job locked by another worker's open transaction is skipped, never waited
 # for; the lock is held until this transaction commits the job's effects and its `done`.
 # Proven by: test_jobs.py::test_batch_claims_race_without_overlap,
 # test_worker_process.py::test_worker_killed_mid_transaction_loses_nothing_and_applies_once,
-# test_pause.py::test_a_paused_providers_jobs_are_not_claimed_nor_due (DUE).
+# test_pause.py::test_a_paused_providers_jobs_are_not_claimed_nor_due (DUE),
+# test_pause_held.py::test_a_job_recorded_as_the_pause_commits_is_never_claimed (DUE's guard).
 JobClaimDue = text(f"""
     SELECT j.id, j.provider, j.source, j.event_id, j.event_type, j.attempts,
            e.payload::text AS payload, e.received_at, j.trace_context, e.account, e.livemode
@@ -175,12 +193,13 @@ JobMarkDoneMany = text(f"""
 """)
 
 # After a handler error (its writes rolled back to the savepoint): count the attempt and
-# schedule the next one, or fail the job for good.
+# schedule the next one (held if its source was paused meanwhile: the pause skipped it,
+# locked by this batch), or fail the job for good.
 # Proven by (with JobMarkFailed):
 # test_jobs.py::test_failing_handler_rolls_back_retries_with_backoff_then_fails.
 JobMarkRetry = text(f"""
     UPDATE jobs SET attempts = attempts + 1, last_error = :error,
-                    run_at = now() + make_interval(secs => :delay)
+                    run_at = now() + make_interval(secs => :delay), held = {PAUSED}
     WHERE id = :id AND status = '{PENDING}'
 """)
 
@@ -228,11 +247,11 @@ MetricsJobsProviderShares = text("""
     WHERE schemaname = current_schema() AND tablename = 'jobs' AND attname = 'provider'
 """)
 
-# Due jobs' oldest run_at per source (the partial pending index; paused sources' jobs are
-# not due).
+# Waiting jobs' oldest run_at per source (the partial pending index; paused sources' jobs
+# are not due; a held job of a source no longer paused is, until the sweeper releases it).
 MetricsOldestDue = text(f"""
     SELECT provider, source, extract(epoch FROM now() - min(run_at)) AS age
-    FROM jobs WHERE {DUE}
+    FROM jobs WHERE {WAITING}
     GROUP BY provider, source
 """)
 
@@ -244,6 +263,40 @@ MetricsOutboxPending = text(f"""
 """)
 MetricsOutboxFailed = text(f"""
     SELECT count(*) FROM outbox WHERE status = '{EMAIL_FAILED}'
+""")
+
+# --- the console's overview (shared/overview.py) -------------------------------------------
+
+# Its tables' row estimates (-1: never analyzed): a large table is counted from statistics.
+OverviewTableEstimates = text("""
+    SELECT relname, reltuples FROM pg_class
+    WHERE oid IN (to_regclass('webhook_events'), to_regclass('jobs'),
+                  to_regclass('webhook_duplicates'))
+""")
+
+# Each table's most common (provider, source) pairs and their shares of its rows, as its
+# last ANALYZE sampled them (the `mcv` statistics of migration 0019). The pairs' columns
+# are in attnames' order (the columns' order in the table), read by name.
+OverviewSourceShares = text("""
+    SELECT s.tablename,
+           s.most_common_vals[i][array_position(s.attnames, 'provider')] AS provider,
+           s.most_common_vals[i][array_position(s.attnames, 'source')] AS source,
+           s.most_common_freqs[i] AS share
+    FROM pg_stats_ext s, generate_subscripts(s.most_common_freqs, 1) AS i
+    WHERE s.schemaname = current_schema()
+      AND s.statistics_name IN ('st_webhook_events_provider_source',
+                                'st_jobs_provider_source', 'st_webhook_duplicates_provider_source')
+""")
+
+# Pending and failed jobs per source, exact: few rows, each through its index (as the
+# metrics' two statements, not one UNION ALL).
+OverviewJobsPending = text(f"""
+    SELECT provider, source, status, count(*) AS n FROM jobs WHERE status = '{PENDING}'
+    GROUP BY provider, source, status
+""")
+OverviewJobsFailed = text(f"""
+    SELECT provider, source, status, count(*) AS n FROM jobs WHERE status = '{FAILED}'
+    GROUP BY provider, source, status
 """)
 
 # --- pause and resume -----------------------------------------------------------------
@@ -266,6 +319,63 @@ ProviderResume = text(f"""
 
 ProviderListPaused = text(
     "SELECT provider, source, paused_at FROM paused_providers ORDER BY provider, source")
+
+# A pause's jobs held, a batch at a time (shared/pausing.py), each batch in a transaction
+# that first locks the pause's row (ProviderLockPause: FOR KEY SHARE, so a resume's DELETE
+# waits for the batch, then releases what it held; no row: resumed, stop). SKIP LOCKED: a
+# job a worker claimed before the pause committed is not waited for; it is done, or its
+# retry holds it (JobMarkRetry), or the sweeper does (JobHoldPaused).
+# Proven by: test_pause_held.py::test_pause_holds_the_backlog_and_resume_releases_it_oldest_first.
+ProviderLockPause = text("""
+    SELECT 1 FROM paused_providers WHERE provider = :provider AND source = :source
+    FOR KEY SHARE
+""")
+JobHoldPause = text(f"""
+    UPDATE jobs SET held = true WHERE id IN (
+        SELECT id FROM jobs
+        WHERE status = '{PENDING}' AND NOT held AND provider = :provider
+          AND (:source = '{ALL_SOURCES}' OR source = :source)
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED)
+""")
+
+# A resume's jobs released, oldest first (the claim's order), a batch at a time, each its
+# own transaction: those of the resumed provider or source that no remaining pause covers
+# (resuming stripe/connect while stripe is paused releases nothing).
+JobReleaseResumed = text(f"""
+    UPDATE jobs SET held = false WHERE id IN (
+        SELECT id FROM jobs
+        WHERE status = '{PENDING}' AND held AND provider = :provider
+          AND (:source = '{ALL_SOURCES}' OR source = :source) AND NOT {PAUSED}
+        ORDER BY run_at, id
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED)
+""")
+
+# The sweeper's repair of the races that pausing cannot close by itself: a job recorded
+# while a pause committed (its insert saw no pause; the pause's batches did not see the
+# uncommitted job) is held now (until then DUE's anti-join kept it unclaimed); a job recorded
+# while a resume committed (its insert saw the pause; the resume's batches did not see it)
+# is released. A bounded batch each per sweep. The first reads nothing when nothing is
+# paused (the one-time EXISTS), the second only the range held = true.
+# Proven by: test_pause_held.py::test_a_job_recorded_as_the_pause_commits_is_never_claimed,
+# ::test_a_job_recorded_as_the_resume_commits_is_released_by_the_sweeper.
+JobHoldPaused = text(f"""
+    UPDATE jobs SET held = true WHERE id IN (
+        SELECT id FROM jobs
+        WHERE status = '{PENDING}' AND NOT held AND EXISTS (SELECT 1 FROM paused_providers)
+          AND {PAUSED}
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED)
+""")
+JobReleaseUnpaused = text(f"""
+    UPDATE jobs SET held = false WHERE id IN (
+        SELECT id FROM jobs
+        WHERE status = '{PENDING}' AND held AND NOT {PAUSED}
+        ORDER BY run_at, id
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED)
+""")
 
 # A resumed provider's or source's due jobs: the wake-ups to send after a resume.
 JobCountDueOf = text(f"""
@@ -296,10 +406,11 @@ JobListFailedMatching = text(f"""
 """)
 
 # Replay, step 2: only failed jobs move back to pending (a done job never runs again);
-# attempts start again.
+# attempts start again; held if their source is paused.
 # Proven by: test_cli.py::test_replay_moves_failed_jobs_back_to_pending.
 JobReplay = text(f"""
-    UPDATE jobs SET status = '{PENDING}', attempts = 0, run_at = now(), finished_at = NULL
+    UPDATE jobs SET status = '{PENDING}', attempts = 0, run_at = now(), finished_at = NULL,
+                    held = {PAUSED}
     WHERE id = ANY(:ids) AND status = '{FAILED}'
     RETURNING id
 """)
@@ -475,15 +586,16 @@ AuditSentWithoutMessageId = text(f"""
     ORDER BY id
 """)
 
-# Jobs due for longer than :stale seconds (DUE: pending, run_at passed, provider not
-# paused): the sweeper wakes workers for due work every SWEEP_INTERVAL_SECONDS, so one due
-# for long means no worker runs, or its handler hangs. The partial pending index.
+# Jobs due for longer than :stale seconds (WAITING: pending, run_at passed, source not
+# paused, held or not): the sweeper wakes workers for due work (and releases held jobs of
+# sources no longer paused) every SWEEP_INTERVAL_SECONDS, so one due for long means no
+# worker or clock runs, or its handler hangs. The partial pending index.
 # Proven by: test_audit.py::test_the_audit_names_a_job_due_too_long_unless_paused.
 AuditJobsDueTooLong = text(f"""
     SELECT id, provider, event_id, event_type, attempts, run_at,
            extract(epoch FROM now() - run_at) AS due_seconds
     FROM jobs
-    WHERE {DUE} AND run_at < now() - make_interval(secs => :stale)
+    WHERE {WAITING} AND run_at < now() - make_interval(secs => :stale)
       AND (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
     ORDER BY run_at, id
 """)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from sqlalchemy.engine import Engine
 
 from ingest.app import create_app
-from shared import events, pausing, queries
+from shared import events, overview, pausing, queries
 from shared.settings import Settings
 from tests import factories
 from webhooks.cli import main
@@ -70,7 +70,7 @@ def test_pause_is_shown_by_events_overview_stats_and_metrics(clean_db, settings)
     runner.invoke(main, ["pause", "paddle"], env=env)
     with clean_db.connect() as conn:
         rows = events.list_events(conn, events.EventFilter()).events
-        counts = {p.provider: p.paused for p in events.overview(conn)}
+        counts = {p.provider: p.paused for p in overview.overview(conn)}
     assert [row.paused for row in rows] == [True]
     assert counts == {"stripe": True, "paddle": True}  # paddle: paused before any event
     listing = runner.invoke(main, ["events"], env=env)

@@ -1,6 +1,8 @@
 """The sweeper: wake workers for due pending jobs and due outbox rows whose wake-up may
 have been lost (broker down at ingest, a worker killed, a message dropped). Wake-ups are
-idempotent: at worst a worker finds nothing to claim.
+idempotent: at worst a worker finds nothing to claim. Before it counts, a sweep holds the
+jobs of paused sources that a pause missed and releases the held jobs of sources no longer
+paused (shared/pausing.py: a recording that raced a pause or a resume).
 
 Each sweep also records the database server's timeline (shared/failover.py): a timeline
 not seen before, after the first, is a failover, logged at WARNING; the clock's
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 import dramatiq
 from sqlalchemy.engine import Engine
 
-from shared import failover, notifications, queries, wakeups
+from shared import failover, notifications, pausing, queries, wakeups
 from shared.models import SWEEP_HEARTBEAT
 from shared.settings import Settings
 
@@ -61,6 +63,7 @@ def sweep(engine: Engine, broker: dramatiq.Broker,
     with engine.begin() as conn:
         if not conn.execute(queries.ClockTryLock, {"name": "webhooks:sweep"}).scalar_one():
             return None
+        held, released = pausing.heal(conn)
         due_jobs = conn.execute(queries.JobCountDue).scalar_one()
         due_emails = conn.execute(queries.OutboxCountDue).scalar_one()
         due_notifications = conn.execute(queries.NotificationCountDue).scalar_one()
@@ -76,6 +79,9 @@ def sweep(engine: Engine, broker: dramatiq.Broker,
                     "timeline": timeline.timeline_id})]).due_now
     if timeline is not None:
         _report(timeline)
+    if held or released:
+        log.info("sweep held the jobs of paused sources and released the others'",
+                 extra={"held": held, "released": released})
     woken = True
     if due_jobs:
         uncovered = _uncovered(broker, wakeups.JOBS_QUEUE, due_jobs, wakeups.JOBS_PER_MESSAGE)

@@ -1,7 +1,8 @@
 """`/`: per source, events received, duplicates, jobs by status, paused or not, the age of
 the oldest due job; and the events of the last 24 hours per hour. Every configured source
 is listed, with zeros before its first event (a new Connect endpoint, say), so that it can
-be paused before anything arrives."""
+be paused before anything arrives. On large tables the counts are the statistics'
+estimates (shared/overview.py), marked "≈"."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from datetime import UTC
 
 from flask import Blueprint, render_template
 
-from shared import events
+from shared import events, overview
 from webhooks.console import chart
 from webhooks.console.state import current, reading
 
@@ -22,8 +23,9 @@ def register(blueprint: Blueprint) -> None:
 
 def show() -> str:
     with reading() as conn:
-        providers = events.overview(conn, current().sources)
+        providers = overview.overview(conn, current().sources)
         hours = events.events_per_hour(conn, CHART_HOURS)
     hours = [(hour.astimezone(UTC), count) for hour, count in hours]
     return render_template("console/overview.html", providers=providers,
-                           chart=chart.layout(hours), hours=CHART_HOURS)
+                           chart=chart.layout(hours), hours=CHART_HOURS,
+                           exact_below=f"{overview.EXACT_BELOW_ROWS:,}")

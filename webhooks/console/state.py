@@ -55,10 +55,14 @@ def current() -> Console:
 
 @contextmanager
 def reading() -> Iterator[Connection]:
-    """A read-only transaction with a statement timeout."""
+    """A read-only transaction with a statement timeout, without JIT compilation: a page's
+    queries read few rows, but a join the planner misjudges (the chart's generate_series,
+    guessed at 1,000 hours) crossed the JIT cost threshold on a large table, and compiling
+    cost the overview several times its queries."""
     with db.transaction(current().engine) as conn:
         conn.execute(sa.text("SET TRANSACTION READ ONLY"))
         conn.execute(sa.text(f"SET LOCAL statement_timeout = '{READ_TIMEOUT}'"))
+        conn.execute(sa.text("SET LOCAL jit = off"))
         yield conn
 
 
