@@ -3,11 +3,12 @@ its emails and its effects (as the effects hooks of its provider show them, shar
 and the per-provider overview. Read-only; `webhooks events`, `webhooks show`
 and the console all read through here.
 
-Search (`EventFilter.search`) matches an event id exactly, or a word or phrase of the
-payload's string and number values (Postgres full-text search, `simple` configuration:
-no stemming, case-insensitive), through the GIN index `ix_webhook_events_search_bounded`. The
-expression below must stay the index's expression (models.EVENT_SEARCH_DOCUMENT), or the
-index is not used.
+Search (`EventFilter.search`) matches an event id exactly, at once (the unique indexes of
+webhook_events), or a word or phrase of the payload's string and number values (Postgres
+full-text search, `simple` configuration: no stemming, case-insensitive) once the event's
+job has run: the worker writes each event's document into event_search (GIN-indexed) in
+its job's transaction, whatever the outcome, never the ingest (shared/models.py). A
+just-acknowledged event is found by its id until then.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ from sqlalchemy.engine import Connection
 from shared import hooks, payloads, sources
 from shared.models import (
     ALL_SOURCES,
-    SEARCH_PAYLOAD_BYTES,
-    SEARCH_PREFIX_CHARS,
     EmailStatus,
     JobStatus,
+    event_search,
     jobs,
     outbox,
     paused_providers,
@@ -34,17 +34,7 @@ from shared.models import (
     webhook_events,
 )
 
-# The indexed search document, models.EVENT_SEARCH_DOCUMENT, with its columns qualified
-# (jobs has an event_id too); Postgres matches it to the index by meaning, not spelling.
-# Its constants are literals, not bound parameters: the planner matches only constants.
 _SIMPLE: sa.ColumnElement[Any] = sa.literal_column("'simple'::regconfig")
-_PAYLOAD_TEXT = sa.cast(webhook_events.c.payload, sa.Text)
-SEARCH_DOCUMENT = sa.func.to_tsvector(_SIMPLE, webhook_events.c.event_id).op("||")(sa.case(
-    (sa.func.octet_length(_PAYLOAD_TEXT) <= sa.literal_column(str(SEARCH_PAYLOAD_BYTES)),
-     sa.func.jsonb_to_tsvector(_SIMPLE, webhook_events.c.payload,
-                               sa.literal_column("""'["string", "numeric"]'::jsonb"""))),
-    else_=sa.func.to_tsvector(_SIMPLE, sa.func.left(
-        _PAYLOAD_TEXT, sa.literal_column(str(SEARCH_PREFIX_CHARS))))))
 MAX_PAGE = 500
 MAX_ROW_ID = 2**63 - 1  # bigint
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -138,9 +128,38 @@ def _where(query: sa.Select[Any], spec: EventFilter) -> sa.Select[Any]:
     if spec.until:
         query = query.where(e.received_at < spec.until)
     if spec.search and spec.search.strip():
-        words = sa.func.phraseto_tsquery(_SIMPLE, spec.search.strip())
-        query = query.where(SEARCH_DOCUMENT.op("@@")(words))
+        query = query.where(sa.tuple_(e.provider, e.source, e.event_id).in_(
+            _matching(spec.search.strip())))
     return query
+
+
+def _matching(search: str) -> sa.CompoundSelect[Any]:
+    """The keys of the events whose id is `search`, and of those whose search document
+    holds its words: each part through its own index (a UNION, where an OR of the two would
+    scan the events)."""
+    s, keys, named = event_search.c, _sources(), webhook_events.alias("named")
+    words = sa.func.phraseto_tsquery(_SIMPLE, search)
+    return sa.union(
+        sa.select(named.c.provider, named.c.source, named.c.event_id).join_from(
+            keys, named, sa.and_(named.c.provider == keys.c.provider,
+                                 named.c.source == keys.c.source))
+        .where(named.c.event_id == search),
+        sa.select(s.provider, s.source, s.event_id).where(s.document.op("@@")(words)),
+    )
+
+
+def _sources() -> sa.CTE:
+    """Every (provider, source) events have, by a skip scan of the unique (provider, source,
+    event_id) index: one probe per source, so that an event id is looked up in each
+    source's part of that index instead of reading all of it."""
+    e = webhook_events.c
+    first = sa.select(e.provider, e.source).order_by(e.provider, e.source).limit(1)
+    keys = first.cte("event_sources", recursive=True)
+    after = (sa.select(e.provider, e.source)
+             .where(sa.tuple_(e.provider, e.source) > sa.tuple_(keys.c.provider, keys.c.source))
+             .order_by(e.provider, e.source).limit(1).lateral("next_source"))
+    return keys.union_all(sa.select(after.c.provider, after.c.source)
+                          .select_from(keys).join(after, sa.true()))
 
 
 def list_events(conn: Connection, spec: EventFilter, *, limit: int = 50,

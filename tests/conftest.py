@@ -28,7 +28,7 @@ from shared.settings import Settings
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = ("outbox", "ledger_entries", "accounts", "subscriptions", "webhook_duplicates",
           "reconcile_runs", "paused_providers", "audit_results", "jobs", "webhook_events",
-          "failover_reconciles", "database_timelines")
+          "failover_reconciles", "database_timelines", "event_search")
 KEEP_SERVERS = "WEBHOOKS_TEST_KEEP_SERVERS"
 
 
