@@ -127,25 +127,28 @@ def _where(query: sa.Select[Any], spec: EventFilter) -> sa.Select[Any]:
         query = query.where(e.received_at >= spec.since)
     if spec.until:
         query = query.where(e.received_at < spec.until)
-    if spec.search and spec.search.strip():
-        query = query.where(sa.tuple_(e.provider, e.source, e.event_id).in_(
-            _matching(spec.search.strip())))
     return query
 
 
-def _matching(search: str) -> sa.CompoundSelect[Any]:
-    """The keys of the events whose id is `search`, and of those whose search document
-    holds its words: each part through its own index (a UNION, where an OR of the two would
-    scan the events)."""
-    s, keys, named = event_search.c, _sources(), webhook_events.alias("named")
+def _branches(spec: EventFilter) -> list[sa.Select[Any]]:
+    """The listing with spec's filters; with a search, as two disjoint queries planned on
+    their own: the events whose search document holds its words (the GIN index, or each
+    event's document by its key when other filters select few events), and those whose
+    id it is and whose document does not (not yet written: the job has not run). Their
+    UNION ALL, not an OR, which would read every event, and not one IN (... UNION ...),
+    which Postgres materializes whole (a common word: most of the table)."""
+    query = _where(_listing(), spec)
+    search = (spec.search or "").strip()
+    if not search:
+        return [query]
+    e, s = webhook_events.c, event_search.c
     words = sa.func.phraseto_tsquery(_SIMPLE, search)
-    return sa.union(
-        sa.select(named.c.provider, named.c.source, named.c.event_id).join_from(
-            keys, named, sa.and_(named.c.provider == keys.c.provider,
-                                 named.c.source == keys.c.source))
-        .where(named.c.event_id == search),
-        sa.select(s.provider, s.source, s.event_id).where(s.document.op("@@")(words)),
-    )
+    holds = sa.exists().where(s.provider == e.provider, s.source == e.source,
+                              s.event_id == e.event_id, s.document.op("@@")(words))
+    keys = _sources()
+    named = sa.and_(e.event_id == search, sa.tuple_(e.provider, e.source).in_(
+        sa.select(keys.c.provider, keys.c.source)))
+    return [query.where(holds), query.where(named, ~holds)]
 
 
 def _sources() -> sa.CTE:
@@ -162,17 +165,27 @@ def _sources() -> sa.CTE:
                           .select_from(keys).join(after, sa.true()))
 
 
+def _newest_first(query: sa.Select[Any], limit: int) -> sa.Select[Any]:
+    e = webhook_events.c
+    return query.order_by(e.received_at.desc(), e.id.desc()).limit(limit)
+
+
 def list_events(conn: Connection, spec: EventFilter, *, limit: int = 50,
                 after: Cursor | None = None) -> Page:
     """Events newest first, `limit` at a time; `after` is the previous page's `next`."""
     limit = max(1, min(limit, MAX_PAGE))
     e = webhook_events.c
-    query = _where(_listing(), spec)
-    if after is not None:
-        query = query.where(sa.tuple_(e.received_at, e.id) < sa.tuple_(
-            sa.literal(after.received_at), sa.literal(after.id)))
-    query = query.order_by(e.received_at.desc(), e.id.desc()).limit(limit + 1)
-    rows = [EventRow(**row._mapping) for row in conn.execute(query)]
+    pages = []
+    for query in _branches(spec):
+        if after is not None:
+            query = query.where(sa.tuple_(e.received_at, e.id) < sa.tuple_(
+                sa.literal(after.received_at), sa.literal(after.id)))
+        pages.append(_newest_first(query, limit + 1))
+    if len(pages) > 1:  # each branch's newest, then the newest of them
+        both = sa.union_all(*pages).subquery()
+        pages = [sa.select(both).order_by(both.c.received_at.desc(), both.c.id.desc())
+                 .limit(limit + 1)]
+    rows = [EventRow(**row._mapping) for row in conn.execute(pages[0])]
     more = len(rows) > limit
     rows = rows[:limit]
     return Page(rows, Cursor(rows[-1].received_at, rows[-1].id) if more else None)
@@ -181,11 +194,14 @@ def list_events(conn: Connection, spec: EventFilter, *, limit: int = 50,
 def count_events(conn: Connection, spec: EventFilter, *, at_most: int | None = None) -> int:
     """How many events match; with at_most, counting stops after at_most + 1 (a page's
     "10,000+" must not count a million rows on every view)."""
-    query = _where(_listing(), spec)
-    if at_most is None:
-        return int(conn.execute(query.with_only_columns(sa.func.count())).scalar_one())
-    matching = query.with_only_columns(webhook_events.c.id).limit(at_most + 1).subquery()
-    return int(conn.execute(sa.select(sa.func.count()).select_from(matching)).scalar_one())
+    total = 0
+    for query in _branches(spec):
+        if at_most is None:
+            total += int(conn.execute(query.with_only_columns(sa.func.count())).scalar_one())
+            continue
+        matching = query.with_only_columns(webhook_events.c.id).limit(at_most + 1).subquery()
+        total += int(conn.execute(sa.select(sa.func.count()).select_from(matching)).scalar_one())
+    return total if at_most is None else min(total, at_most + 1)
 
 
 @dataclass(frozen=True)

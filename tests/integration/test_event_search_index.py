@@ -77,11 +77,26 @@ def scalar(engine: Engine, sql: str, **params: Any) -> Any:
 
 @pytest.fixture()
 def some_events(clean_db: Engine) -> Engine:
-    for n in range(20):
-        factories.insert_event_and_job(clean_db, factories.stripe_event(
-            "invoice.paid", factories.invoice(email=f"buyer{n}@example.com")), status="done")
+    """2,000 events whose jobs are done, each with its document: enough that walking the
+    events newest first costs more than the GIN index for a word few events hold."""
+    with clean_db.begin() as conn:
+        conn.execute(sa.text("""
+            INSERT INTO webhook_events (provider, source, event_id, event_type, payload)
+            SELECT 'stripe', 'stripe', 'evt_bulk_' || n, 'invoice.paid', jsonb_build_object(
+                'id', 'evt_bulk_' || n, 'type', 'invoice.paid', 'data', jsonb_build_object(
+                    'object', jsonb_build_object('id', 'in_' || n, 'currency', 'usd',
+                                                 'customer_email', 'buyer' || n || '@example.com')))
+            FROM generate_series(1, 2000) AS n
+        """))
+        conn.execute(sa.text("""
+            INSERT INTO jobs (provider, source, event_id, event_type, status, attempts, finished_at)
+            SELECT provider, source, event_id, event_type, 'done', 1, now() FROM webhook_events
+        """))
+        for job_id in conn.execute(sa.text("SELECT id FROM jobs")).scalars():
+            factories.index_for_search(conn, job_id)
     with clean_db.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("ANALYZE webhook_events"))
+        conn.execute(sa.text("ANALYZE jobs"))
         conn.execute(sa.text("ANALYZE event_search"))
     return clean_db
 
@@ -184,6 +199,12 @@ def test_prune_deletes_the_search_documents_with_their_events(clean_db: Engine) 
 def test_search_reads_the_gin_index(some_events, search) -> None:  # type: ignore[no-untyped-def]
     read = plan_indexes(some_events, EventFilter(search=search))
     assert INDEX in read and EVENT_KEY in read  # the words, and the id in each source
+
+
+def test_search_finds_the_bulk_events_by_word_and_by_id(some_events) -> None:  # type: ignore[no-untyped-def]
+    assert found(some_events, "buyer7@example.com") == ["evt_bulk_7"]
+    assert found(some_events, "evt_bulk_1999") == ["evt_bulk_1999"]
+    assert len(found(some_events, "usd")) == 50  # a page of a word all events hold
 
 
 def test_search_with_other_filters_reads_the_documents_by_an_index(some_events) -> None:  # type: ignore[no-untyped-def]
