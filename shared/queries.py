@@ -165,7 +165,7 @@ JobClaimById = text(f"""
 # attempt leaves no document. The ingest never writes one (models.event_search: a GIN
 # index is kept off the acknowledgement's transaction). ON CONFLICT DO NOTHING: a retried
 # or replayed job's event has its document already (the payload never changes).
-_EVENT_SEARCH_INSERT = f"""
+EVENT_SEARCH_INSERT = f"""
     INSERT INTO event_search (provider, source, event_id, document)
     SELECT provider, source, event_id, {EVENT_SEARCH_DOCUMENT}
     FROM webhook_events
@@ -189,7 +189,7 @@ JobMarkDoneMany = text(f"""
         FROM unnest(CAST(:ids AS bigint[]), CAST(:outcomes AS text[])) AS done (id, outcome)
         WHERE jobs.id = done.id AND jobs.status = '{PENDING}'
         RETURNING jobs.provider, jobs.source, jobs.event_id
-    ), indexed AS ({_EVENT_SEARCH_INSERT})
+    ), indexed AS ({EVENT_SEARCH_INSERT})
     SELECT count(*) FROM marked
 """)
 
@@ -205,7 +205,7 @@ JobMarkRetry = text(f"""
                         run_at = now() + make_interval(secs => :delay)
         WHERE id = :id AND status = '{PENDING}'
         RETURNING provider, source, event_id
-    ), indexed AS ({_EVENT_SEARCH_INSERT})
+    ), indexed AS ({EVENT_SEARCH_INSERT})
     SELECT count(*) FROM marked
 """)
 
@@ -215,7 +215,7 @@ JobMarkFailed = text(f"""
                         finished_at = statement_timestamp()
         WHERE id = :id AND status = '{PENDING}'
         RETURNING provider, source, event_id
-    ), indexed AS ({_EVENT_SEARCH_INSERT})
+    ), indexed AS ({EVENT_SEARCH_INSERT})
     SELECT count(*) FROM marked
 """)
 
