@@ -19,7 +19,8 @@ pgbench client draining the new jobs as the worker marks them (search_drain.sql:
 to 50 due jobs, mark them done, with the events' documents written in the search arm, as
 queries.JobMarkDoneMany does, and without in the none arm). So the search arm's ingest pays
 for everything search costs the machine, the GIN index's upkeep included, and the drain's
-rate is the worker's side of it. `ratios.search.ingest_rate_vs_none`: the mean of the
+rate is the worker's side of it; the search arm also merges the GIN index's pending list
+every MERGE_SECONDS, as the clock's sweep does. `ratios.search.ingest_rate_vs_none`: the mean of the
 search arm's runs over the none arm's.
 
 `--search-options expression,trigram` adds the older options for comparison: the GIN
@@ -34,6 +35,7 @@ from __future__ import annotations
 import random
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +51,12 @@ from benchmarks import pgbench, stack
 from benchmarks.load import percentile
 from shared import events, queries
 from shared.events import EventFilter
-from shared.models import EVENT_SEARCH_DOCUMENT, JobStatus, webhook_events
+from shared.models import (
+    EVENT_SEARCH_DOCUMENT,
+    SEARCH_PENDING_LIST_KB,
+    JobStatus,
+    webhook_events,
+)
 
 HERE = Path(__file__).resolve().parent
 FTS_INDEX = "ix_webhook_events_search_bounded"  # migration 0008's, the "expression" option
@@ -82,6 +89,7 @@ SMOKE = Plan(events=20_000, searches=20, min_searches=2, budget_seconds=2, inges
              ingest_runs=1, warmup=0, alternations=1)
 DRAIN_BATCH = 50
 DRAIN_PAUSE_MS = 5  # between a drain's transactions, as a worker waits for its next wake-up
+MERGE_SECONDS = 1.0  # the search arm's merges of the GIN pending list, as the clock's sweep
 
 Search = Callable[[Connection, str, JobStatus | None], int]  # -> rows on the first page
 
@@ -115,7 +123,8 @@ def _run(engine: Engine, target: stack.Target, plan: Plan) -> dict[str, Any]:
         _autocommit(engine, f"DROP INDEX IF EXISTS {SEARCH_INDEX}")
         none = _option(engine, target, plan, terms, index=None, searches={}, indexing=False)
         search = _option(engine, target, plan, terms, index=(
-            SEARCH_INDEX, f"CREATE INDEX {SEARCH_INDEX} ON event_search USING gin (document)"),
+            SEARCH_INDEX, f"CREATE INDEX {SEARCH_INDEX} ON event_search USING gin (document) "
+                          f"WITH (gin_pending_list_limit = {SEARCH_PENDING_LIST_KB})"),
             searches={"fts": _fts} if turn == 0 else {}, indexing=True)
         result["alternated"].append({"none": none["ingest"], "search": search["ingest"],
                                      "search_index_build_seconds": search["build_seconds"]})
@@ -384,12 +393,16 @@ def _ingest(engine: Engine, target: stack.Target, plan: Plan,
                     "SELECT (SELECT max(id) FROM webhook_events), (SELECT max(id) FROM jobs)"
                 )).one()
             _autocommit(engine, "CHECKPOINT")
-            with ThreadPoolExecutor(2) as pool:
+            stop = threading.Event()
+            with ThreadPoolExecutor(3) as pool:
                 drained = pool.submit(pgbench.run, target.database_url, drain, 1,
                                       seconds=plan.ingest_seconds)
+                merged = pool.submit(_merge_pending, engine, stop) if indexing else None
                 result = pgbench.run(target.database_url, HERE / "search_ingest.sql",
                                      plan.ingest_clients, seconds=plan.ingest_seconds)
                 drained.result()
+                stop.set()
+                merges = merged.result() if merged else 0
             with engine.begin() as conn:
                 done = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE id > :id AND "
                                             "status = 'done'"), {"id": last_job}).scalar_one()
@@ -401,11 +414,23 @@ def _ingest(engine: Engine, target: stack.Target, plan: Plan,
             _autocommit(engine, "VACUUM webhook_events", "VACUUM jobs", "VACUUM event_search")
             if result is None:
                 return None
-            runs.append({**result.summary(), "drained_jobs": done,
+            runs.append({**result.summary(), "drained_jobs": done, "merges": merges,
                          "drain_jobs_per_s": round(done / plan.ingest_seconds, 1)})
     median = sorted(runs, key=lambda run: run["tps"])[len(runs) // 2]
     return {**median, "runs_tps": [run["tps"] for run in runs],
             "load_average": stack.load_average()}
+
+
+def _merge_pending(engine: Engine, stop: threading.Event) -> int:
+    """What the clock's sweep does for the search index (queries.EventSearchFlush), every
+    MERGE_SECONDS (more often than SWEEP_INTERVAL_SECONDS's default) while the arm runs;
+    returns how many merges ran."""
+    merges = 0
+    while not stop.wait(MERGE_SECONDS):
+        with engine.begin() as conn:
+            conn.execute(queries.EventSearchFlush)
+        merges += 1
+    return merges
 
 
 def drain_script(folder: Path, indexing: bool) -> Path:

@@ -112,6 +112,7 @@ ALL_SOURCES = "*"  # paused_providers.source: the pause covers every source of t
 # MAX_BODY_BYTES makes the insert fail.
 SEARCH_PAYLOAD_BYTES = 262_144
 SEARCH_PREFIX_CHARS = 65_536
+SEARCH_PENDING_LIST_KB = 65_536  # ix_event_search_document's gin_pending_list_limit
 EVENT_SEARCH_DOCUMENT = (  # over a webhook_events row: event_search.document's value
     "(to_tsvector('simple'::regconfig, event_id) ||\nCASE\n"
     f"    WHEN octet_length(payload::text) <= {SEARCH_PAYLOAD_BYTES} THEN "
@@ -174,7 +175,12 @@ event_search = Table(
     Column("event_id", Text, nullable=False),
     Column("document", TSVECTOR, nullable=False),
     PrimaryKeyConstraint("provider", "source", "event_id"),
-    Index("ix_event_search_document", "document", postgresql_using="gin"),
+    # New documents go to the index's pending list (an append); the clock's sweep merges
+    # it into the index (queries.EventSearchFlush), so that no worker's batch does: an
+    # insert that overfills the list merges it in its own transaction. The limit is room
+    # for many sweeps' worth of documents; a search reads the pending list too.
+    Index("ix_event_search_document", "document", postgresql_using="gin",
+          postgresql_with={"gin_pending_list_limit": SEARCH_PENDING_LIST_KB}),
 )
 
 # One row per duplicate delivery, so `webhooks stats` can count duplicates per day.

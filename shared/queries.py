@@ -219,6 +219,13 @@ JobMarkFailed = text(f"""
     SELECT count(*) FROM marked
 """)
 
+# The search index's pending list merged into the index, by the clock's sweep: a GIN insert
+# that overfills the list merges it in its own transaction, and this keeps that out of the
+# worker's batches (models.event_search). Postgres lets only the index's owner run it;
+# returns the pages merged.
+# Proven by: test_event_search_index.py::test_the_sweep_merges_the_search_pending_list.
+EventSearchFlush = text("SELECT gin_clean_pending_list('ix_event_search_document')")
+
 JobCountDue = text(f"""
     SELECT count(*) FROM jobs WHERE {DUE}
 """)

@@ -13,7 +13,9 @@ search reads it (shared/events.py). Nothing blocks the ingest while this runs:
    lock an insert waits for) and writes only event_search. Then the GIN index, built
    CONCURRENTLY in one pass (faster than row by row), and the backfill again from where it
    stopped, for the events recorded meanwhile: every event that existed before this
-   migration ends stays searchable.
+   migration ends stays searchable. The index's pending list may hold 64 MB
+   (gin_pending_list_limit): the clock's sweep merges it (queries.EventSearchFlush), not
+   the worker's batches.
 3. The old GIN index dropped CONCURRENTLY (SHARE UPDATE EXCLUSIVE: writes go on), last,
    so that the release before this one keeps its index until the new one is complete.
 
@@ -59,7 +61,7 @@ def upgrade() -> None:
     with op.get_context().autocommit_block():
         last = _backfill(0)
         op.execute("CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_event_search_document "
-                   "ON event_search USING gin (document)")
+                   "ON event_search USING gin (document) WITH (gin_pending_list_limit = 65536)")
         _backfill(last)
         op.drop_index("ix_webhook_events_search_bounded", table_name="webhook_events",
                       postgresql_concurrently=True, if_exists=True)

@@ -25,6 +25,7 @@ from shared.events import EventFilter, list_events
 from shared.models import JobStatus
 from shared.settings import Settings
 from tests import factories
+from webhooks.clock import sweep
 from worker import handlers, jobs
 from worker.handlers import JobContext
 
@@ -227,3 +228,18 @@ def test_the_index_is_the_migrations(clean_db) -> None:  # type: ignore[no-untyp
             "SELECT indexdef FROM pg_indexes WHERE indexname = :name"),
             {"name": INDEX}).scalar_one()
     assert "USING gin (document)" in definition
+
+
+def test_the_sweep_merges_the_search_pending_list(clean_db: Engine) -> None:
+    """Documents the worker writes are appended to the GIN index's pending list; the
+    clock's sweep merges them, so that no worker's batch does, and they stay found."""
+    for n in range(30):
+        factories.insert_event_and_job(clean_db, factories.stripe_event(
+            "invoice.paid", factories.invoice(email=f"pending{n}@example.com")), status="done")
+    with clean_db.connect() as conn:
+        options = conn.execute(sa.text(
+            "SELECT reloptions FROM pg_class WHERE relname = :name"), {"name": INDEX}).scalar()
+    assert options == ["gin_pending_list_limit=65536"]
+    assert sweep.flush_search(clean_db) > 0  # pages merged
+    assert sweep.flush_search(clean_db) == 0  # nothing left pending
+    assert len(found(clean_db, "pending7@example.com")) == 1

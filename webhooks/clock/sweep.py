@@ -4,7 +4,9 @@ idempotent: at worst a worker finds nothing to claim.
 
 Each sweep also records the database server's timeline (shared/failover.py): a timeline
 not seen before, after the first, is a failover, logged at WARNING; the clock's
-after-failover reconciliation and the outbox's searches follow from the recorded row."""
+after-failover reconciliation and the outbox's searches follow from the recorded row.
+And it merges the event search index's pending list (queries.EventSearchFlush), so that
+the workers' batches, which append documents to it, never merge it themselves."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import logging
 from dataclasses import dataclass
 
 import dramatiq
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import failover, queries, wakeups
+from shared import db, failover, queries, wakeups
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
         timeline = failover.record_timeline(conn)
     if timeline is not None:
         _report(timeline)
+    flush_search(engine)
     woken = True
     if due_jobs:
         uncovered = _uncovered(broker, wakeups.JOBS_QUEUE, due_jobs, wakeups.JOBS_PER_MESSAGE)
@@ -51,6 +55,20 @@ def sweep(engine: Engine, broker: dramatiq.Broker) -> SweepResult | None:
         log.info("sweep woke workers",
                  extra={"due_jobs": due_jobs, "due_emails": due_emails, "enqueued": woken})
     return SweepResult(due_jobs, due_emails, woken, timeline)
+
+
+def flush_search(engine: Engine) -> int | None:
+    """Merge the search index's pending list, in a transaction of its own; None if it
+    failed (logged: not the index's owner, or the index missing), and the sweep goes on."""
+    try:
+        with engine.begin() as conn:
+            return int(conn.execute(queries.EventSearchFlush).scalar_one())
+    except sa.exc.DBAPIError as error:
+        if db.is_unavailable(error):
+            raise
+        log.warning("search index's pending list not merged",
+                    extra={"error": str(error.orig).splitlines()[0] if error.orig else ""})
+        return None
 
 
 def _report(timeline: failover.Timeline) -> None:
