@@ -127,6 +127,8 @@ def _run(scenario: str, target: stack.Target, plan: scenarios.Plan,
         search_plan = search.SMOKE if args.smoke else search.Plan()
         if args.search_events:
             search_plan = replace(search_plan, events=args.search_events)
+        if args.search_options:
+            search_plan = replace(search_plan, older=tuple(args.search_options.split(",")))
         return search.run(target, search_plan)
     if scenario == "reconcile":
         return reconcile.run(target, events=reconcile.SMOKE_EVENTS if args.smoke
@@ -179,6 +181,9 @@ def _parser() -> argparse.ArgumentParser:
                              "holds other databases)")
     parser.add_argument("--jobs", type=int,
                         help=f"scaleout-quota: the backlog (default {scaleout.QUOTA_JOBS:,})")
+    parser.add_argument("--search-options", metavar="expression,trigram",
+                        help="the search scenario's older options too, for comparison: the "
+                             "GIN expression index of migration 0008, a pg_trgm index")
     parser.add_argument("--search-events", type=int,
                         help="events loaded by the search scenario (default 1,000,000; "
                              "--smoke 20,000)")

@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks.load import percentile
+from shared import queries
 
 HERE = Path(__file__).resolve().parent
 PGBENCH_PATHS = ("/usr/lib/postgresql/15/bin/pgbench", "/usr/lib/postgresql/16/bin/pgbench")
@@ -98,7 +99,8 @@ def _processed_time(report: str) -> float | None:
 def worker_script(batch: int, folder: Path) -> Path:
     """worker.sql for batches of `batch` jobs: its claim, its per-job block once per job,
     and its done mark, in one transaction."""
-    text = (HERE / "worker.sql").read_text().replace("LIMIT BATCH", f"LIMIT {batch}")
+    text = (HERE / "worker.sql").read_text().replace("LIMIT BATCH", f"LIMIT {batch}").replace(
+        "(EVENT_SEARCH_INSERT)", f"({queries.EVENT_SEARCH_INSERT.strip()})")
     head, _, rest = text.partition("-- job\n")
     block, _, tail = rest.partition("-- end job\n")
     jobs = "".join(block.replace("[K]", f"[{k}]") for k in range(1, batch + 1))

@@ -1,31 +1,41 @@
-"""`--only search`: what the event search costs on a large table, and what its index costs
-the ingest.
+"""`--only search`: what the event search costs on a large table, and what it costs the
+ingest.
 
 Loads Stripe-shaped events of 1-2 KB (search_events.sql, through INSERT ... SELECT
-generate_series) with a job each (2% failed, 3% pending), then times the first page (50)
-of three searches through `shared.events.list_events`:
+generate_series) with a job each (2% failed, 3% pending, those not due), then measures,
+alternated (none, search, none, search, as `alternations` says):
 
-- rare:   a word only one event holds (a charge id, as an operator pastes it);
-- id:     an event id;
-- common: a word most events hold (`usd`, `visa`, ...) with `--status failed`.
+- none: no search index at all (event_search empty, no GIN index anywhere);
+- search: the product's search (migration 0017): every event's document in event_search
+  with its GIN index (filled and built after the load, as the migration's backfill does),
+  and the first page (50) of three searches through `shared.events.list_events`:
+  - rare:   a word only one event holds (a charge id, as an operator pastes it);
+  - id:     an event id;
+  - common: a word most events hold (`usd`, `visa`, ...) with `--status failed`.
 
-Each under three index options: none (ix_webhook_events_search dropped), the full-text GIN
-index of migration 0008 (ix_webhook_events_search_bounded), and a pg_trgm GIN trigram index on the
-event id and payload text, searched with ILIKE '%text%' (pg_trgm is not in the embedded
-pgserver). The ILIKE search is also timed without its index. For each option it records
-the index's size and build time, and the ingest's insert rate (pgbench running
-search_ingest.sql, the ingest's EventJobInsert with payloads of the same shape) with that
-index alone on the table.
+Each arm records the ingest's insert rate: pgbench running search_ingest.sql (the ingest's
+EventJobInsert with payloads of the same shape) with `ingest_clients` clients, beside one
+pgbench client draining the new jobs as the worker marks them (search_drain.sql: claim up
+to 50 due jobs, mark them done, with the events' documents written in the search arm, as
+queries.JobMarkDoneMany does, and without in the none arm). So the search arm's ingest pays
+for everything search costs the machine, the GIN index's upkeep included, and the drain's
+rate is the worker's side of it; the search arm also merges the GIN index's pending list
+every MERGE_SECONDS, as the clock's sweep does. `ratios.search.ingest_rate_vs_none`: the mean of the
+search arm's runs over the none arm's.
 
-The slow options (sequential scans) stop a query kind after `budget_seconds`, once they
-have at least `min_searches` timings: their counts are in the results. The benchmark's
-database is left without a search index (it is dropped unless --keep-database).
+`--search-options expression,trigram` adds the older options for comparison: the GIN
+expression index on webhook_events that the ingest kept up to date (migration 0008) and a
+pg_trgm GIN trigram index searched with ILIKE '%text%' (pg_trgm is not in the embedded
+pgserver); each takes minutes to build at a million rows. The benchmark's database is left
+without a search index (dropped unless --keep-database).
 """
 
 from __future__ import annotations
 
 import random
 import re
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -39,12 +49,18 @@ from sqlalchemy.engine import Connection, Engine
 
 from benchmarks import pgbench, stack
 from benchmarks.load import percentile
-from shared import events
+from shared import events, queries
 from shared.events import EventFilter
-from shared.models import EVENT_SEARCH_DOCUMENT, JobStatus, webhook_events
+from shared.models import (
+    EVENT_SEARCH_DOCUMENT,
+    SEARCH_PENDING_LIST_KB,
+    JobStatus,
+    webhook_events,
+)
 
 HERE = Path(__file__).resolve().parent
-FTS_INDEX = "ix_webhook_events_search_bounded"
+FTS_INDEX = "ix_webhook_events_search_bounded"  # migration 0008's, the "expression" option
+SEARCH_INDEX = "ix_event_search_document"
 TRGM_INDEX = "ix_bench_webhook_events_trgm"
 TRGM_DOCUMENT = "(event_id || ' ' || payload::text)"
 # The same, qualified for the listing's join (jobs has an event_id too).
@@ -65,10 +81,15 @@ class Plan:
     ingest_runs: int = 3  # the median run counts
     ingest_clients: int = 16  # as the ingest scenario's pgbench
     warmup: int = 1
+    alternations: int = 2  # none then search, this many times
+    older: tuple[str, ...] = ()  # "expression", "trigram": the older options, after
 
 
 SMOKE = Plan(events=20_000, searches=20, min_searches=2, budget_seconds=2, ingest_seconds=2,
-             ingest_runs=1, warmup=0)
+             ingest_runs=1, warmup=0, alternations=1)
+DRAIN_BATCH = 50
+DRAIN_PAUSE_MS = 5  # between a drain's transactions, as a worker waits for its next wake-up
+MERGE_SECONDS = 1.0  # the search arm's merges of the GIN pending list, as the clock's sweep
 
 Search = Callable[[Connection, str, JobStatus | None], int]  # -> rows on the first page
 
@@ -83,34 +104,79 @@ def run(target: stack.Target, plan: Plan) -> dict[str, Any]:
 
 def _run(engine: Engine, target: stack.Target, plan: Plan) -> dict[str, Any]:
     stack.reset(target)
-    _autocommit(engine, f"DROP INDEX IF EXISTS {FTS_INDEX}", f"DROP INDEX IF EXISTS {TRGM_INDEX}")
+    _autocommit(engine, f"DROP INDEX IF EXISTS {FTS_INDEX}", f"DROP INDEX IF EXISTS {TRGM_INDEX}",
+                f"DROP INDEX IF EXISTS {SEARCH_INDEX}", "TRUNCATE event_search")
     loaded = load_events(engine, plan.events)
+    with engine.begin() as conn:  # the history's pending jobs wait: the drain takes new ones
+        conn.execute(sa.text("UPDATE jobs SET run_at = now() + interval '1 year' "
+                             "WHERE status = 'pending'"))
     terms = _terms(engine, plan)
-    result: dict[str, Any] = {"plan": asdict(plan), "load": loaded, "options": {}}
-    options = result["options"]
+    result: dict[str, Any] = {"plan": asdict(plan), "load": loaded, "options": {},
+                              "alternated": []}
     print(f"  loaded {plan.events:,} events in {loaded['seconds']} s "
           f"(table {loaded['table_mb']} MB, average payload {loaded['payload_bytes']} B)",
           flush=True)
+    filled = fill_documents(engine)
+    print(f"  documents written in {filled['seconds']} s", flush=True)
+    options = result["options"]
+    for turn in range(plan.alternations):
+        _autocommit(engine, f"DROP INDEX IF EXISTS {SEARCH_INDEX}")
+        none = _option(engine, target, plan, terms, index=None, searches={}, indexing=False)
+        search = _option(engine, target, plan, terms, index=(
+            SEARCH_INDEX, f"CREATE INDEX {SEARCH_INDEX} ON event_search USING gin (document) "
+                          f"WITH (gin_pending_list_limit = {SEARCH_PENDING_LIST_KB})"),
+            searches={"fts": _fts} if turn == 0 else {}, indexing=True)
+        result["alternated"].append({"none": none["ingest"], "search": search["ingest"],
+                                     "search_index_build_seconds": search["build_seconds"]})
+        if turn == 0:
+            options["none"], options["search"] = none, {**search, **filled}
+    _older(engine, target, plan, terms, options)
+    result["ratios"] = _ratios(options, result["alternated"])
+    return result
 
-    options["none"] = _option(engine, target, plan, terms, index=None,
-                              searches={"fts": _fts, "ilike": _ilike})
-    options["fts"] = _option(engine, target, plan, terms, index=(
-        FTS_INDEX, f"CREATE INDEX {FTS_INDEX} ON webhook_events USING gin "
-                   f"({EVENT_SEARCH_DOCUMENT})"), searches={"fts": _fts})
-    _autocommit(engine, f"DROP INDEX {FTS_INDEX}")
-    if _trigram_available(engine):
+
+def _older(engine: Engine, target: stack.Target, plan: Plan, terms: Terms,
+           options: dict[str, Any]) -> None:
+    """The older options (Plan.older), each alone on the tables."""
+    if not plan.older:
+        return
+    _autocommit(engine, f"DROP INDEX IF EXISTS {SEARCH_INDEX}")
+    if "expression" in plan.older:
+        options["expression"] = _option(engine, target, plan, terms, index=(
+            FTS_INDEX, f"CREATE INDEX {FTS_INDEX} ON webhook_events USING gin "
+                       f"({EVENT_SEARCH_DOCUMENT})"), searches={}, indexing=False)
+        _autocommit(engine, f"DROP INDEX {FTS_INDEX}")
+    if "trigram" in plan.older and _trigram_available(engine):
         options["trigram"] = _option(engine, target, plan, terms, index=(
             TRGM_INDEX, f"CREATE INDEX {TRGM_INDEX} ON webhook_events USING gin "
-                        f"({TRGM_DOCUMENT} gin_trgm_ops)"), searches={"ilike": _ilike})
+                        f"({TRGM_DOCUMENT} gin_trgm_ops)"), searches={"ilike": _ilike},
+            indexing=False)
         _autocommit(engine, f"DROP INDEX {TRGM_INDEX}")
-        # Without a search index again, last: the machine's drift over the run shows in
-        # the two measurements of the same thing.
-        options["none"]["ingest_again"] = _ingest(engine, target, plan)
-    else:
-        options["trigram"] = None
-        print("  pg_trgm is not available on this server: no trigram option", flush=True)
-    result["ratios"] = _ratios(options)
-    return result
+
+
+def fill_documents(engine: Engine) -> dict[str, Any]:
+    """Every event's search document in event_search (as migration 0017's backfill writes
+    them), with no GIN index yet: the bulk load's way; the index is built after."""
+    started = time.monotonic()
+
+    def chunk(bounds: tuple[int, int]) -> None:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"""
+                INSERT INTO event_search (provider, source, event_id, document)
+                SELECT provider, source, event_id, {EVENT_SEARCH_DOCUMENT}
+                FROM webhook_events WHERE id BETWEEN :first AND :last
+                ON CONFLICT DO NOTHING
+            """), {"first": bounds[0], "last": bounds[1]})
+
+    with engine.connect() as conn:
+        last = conn.execute(sa.text("SELECT coalesce(max(id), 0) FROM webhook_events")).scalar_one()
+    with ThreadPoolExecutor(LOAD_CONNECTIONS) as pool:
+        list(pool.map(chunk, [(first, first + LOAD_CHUNK - 1)
+                              for first in range(1, last + 1, LOAD_CHUNK)]))
+    _autocommit(engine, "VACUUM ANALYZE event_search")
+    return {"documents_seconds": round(time.monotonic() - started, 1),
+            "documents_mb": _mb(_relation_size(engine, "event_search")),
+            "seconds": round(time.monotonic() - started, 1)}
 
 
 # --- loading ----------------------------------------------------------------------------
@@ -201,14 +267,17 @@ def _terms(engine: Engine, plan: Plan) -> Terms:
 
 
 def _option(engine: Engine, target: stack.Target, plan: Plan, terms: Terms,
-            index: tuple[str, str] | None, searches: dict[str, Search]) -> dict[str, Any]:
+            index: tuple[str, str] | None, searches: dict[str, Search],
+            indexing: bool) -> dict[str, Any]:
+    """One option: its index built (timed), its searches timed, and the ingest's rate
+    beside a drain that writes documents (indexing) or not."""
     name = index[0] if index else "none"
     print(f"  -- {name}", flush=True)
     built: dict[str, Any] = {"index": None, "build_seconds": None, "index_mb": None}
     if index is not None:
         started = time.monotonic()
         _autocommit(engine, "SET maintenance_work_mem = '1GB'", index[1],
-                    "ANALYZE webhook_events")
+                    "ANALYZE webhook_events", "ANALYZE event_search")
         built = {"index": index[0], "build_seconds": round(time.monotonic() - started, 1),
                  "index_mb": _index_mb(engine, index[0])}
         print(f"  built {index[0]} in {built['build_seconds']} s: {built['index_mb']} MB",
@@ -222,11 +291,12 @@ def _option(engine: Engine, target: stack.Target, plan: Plan, terms: Terms,
             print(f"  {method:5s} {kind:6s}  {cell['searches']:4d} searches  "
                   f"p50 {cell['p50_ms']:9.2f} ms  p99 {cell['p99_ms']:9.2f} ms  "
                   f"rows {cell['rows']}  plan {cell['plan']}", flush=True)
-    ingest = _ingest(engine, target, plan)
+    ingest = _ingest(engine, target, plan, indexing)
     if ingest:
         print(f"  ingest (pgbench search_ingest.sql, {ingest['clients']} clients): "
               f"{ingest['tps']:.0f} inserts/s  p50 {ingest['p50_ms']} ms  "
-              f"p99 {ingest['p99_ms']} ms", flush=True)
+              f"p99 {ingest['p99_ms']} ms; drain {ingest['drain_jobs_per_s']} jobs/s "
+              f"({'with' if indexing else 'without'} documents)", flush=True)
     return {**built, "searches": timings, "ingest": ingest}
 
 
@@ -309,25 +379,69 @@ def scans(node: dict[str, Any]) -> Iterator[str]:
         yield from scans(child)
 
 
-def _ingest(engine: Engine, target: stack.Target, plan: Plan) -> dict[str, Any] | None:
-    """Inserts per second of the ingest's statement with this option's indexes; the rows it
-    adds are deleted afterwards."""
+def _ingest(engine: Engine, target: stack.Target, plan: Plan,
+            indexing: bool) -> dict[str, Any] | None:
+    """Inserts per second of the ingest's statement, beside one client draining the new
+    jobs (search_drain.sql, writing their documents if `indexing`); the rows they add are
+    deleted afterwards."""
     runs = []
-    for _ in range(plan.ingest_runs):
-        with engine.connect() as conn:
-            last_id = conn.execute(sa.text("SELECT max(id) FROM webhook_events")).scalar_one()
-        _autocommit(engine, "CHECKPOINT")
-        result = pgbench.run(target.database_url, HERE / "search_ingest.sql",
-                             plan.ingest_clients, seconds=plan.ingest_seconds)
-        with engine.begin() as conn:
-            conn.execute(sa.text("DELETE FROM webhook_events WHERE id > :id"), {"id": last_id})
-        _autocommit(engine, "VACUUM webhook_events", "VACUUM jobs")
-        if result is None:
-            return None
-        runs.append(result.summary())
+    with tempfile.TemporaryDirectory(prefix="search-drain-") as folder:
+        drain = drain_script(Path(folder), indexing)
+        for _ in range(plan.ingest_runs):
+            with engine.connect() as conn:
+                last_id, last_job = conn.execute(sa.text(
+                    "SELECT (SELECT max(id) FROM webhook_events), (SELECT max(id) FROM jobs)"
+                )).one()
+            _autocommit(engine, "CHECKPOINT")
+            stop = threading.Event()
+            with ThreadPoolExecutor(3) as pool:
+                drained = pool.submit(pgbench.run, target.database_url, drain, 1,
+                                      seconds=plan.ingest_seconds)
+                merged = pool.submit(_merge_pending, engine, stop) if indexing else None
+                result = pgbench.run(target.database_url, HERE / "search_ingest.sql",
+                                     plan.ingest_clients, seconds=plan.ingest_seconds)
+                drained.result()
+                stop.set()
+                merges = merged.result() if merged else 0
+            with engine.begin() as conn:
+                done = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE id > :id AND "
+                                            "status = 'done'"), {"id": last_job}).scalar_one()
+                conn.execute(sa.text("""
+                    DELETE FROM event_search s USING webhook_events e
+                    WHERE e.id > :id AND s.provider = e.provider AND s.source = e.source
+                      AND s.event_id = e.event_id"""), {"id": last_id})
+                conn.execute(sa.text("DELETE FROM webhook_events WHERE id > :id"), {"id": last_id})
+            _autocommit(engine, "VACUUM webhook_events", "VACUUM jobs", "VACUUM event_search")
+            if result is None:
+                return None
+            runs.append({**result.summary(), "drained_jobs": done, "merges": merges,
+                         "drain_jobs_per_s": round(done / plan.ingest_seconds, 1)})
     median = sorted(runs, key=lambda run: run["tps"])[len(runs) // 2]
     return {**median, "runs_tps": [run["tps"] for run in runs],
             "load_average": stack.load_average()}
+
+
+def _merge_pending(engine: Engine, stop: threading.Event) -> int:
+    """What the clock's sweep does for the search index (queries.EventSearchFlush), every
+    MERGE_SECONDS (more often than SWEEP_INTERVAL_SECONDS's default) while the arm runs;
+    returns how many merges ran."""
+    merges = 0
+    while not stop.wait(MERGE_SECONDS):
+        with engine.begin() as conn:
+            conn.execute(queries.EventSearchFlush)
+        merges += 1
+    return merges
+
+
+def drain_script(folder: Path, indexing: bool) -> Path:
+    """search_drain.sql, with the documents written (queries.JobMarkDoneMany's
+    EVENT_SEARCH_INSERT) or not."""
+    text = (HERE / "search_drain.sql").read_text()
+    indexed = (f", indexed AS ({queries.EVENT_SEARCH_INSERT.strip()})" if indexing else "")
+    path = folder / f"search_drain{'_indexing' if indexing else ''}.sql"
+    path.write_text(text.replace("-- INDEXED", indexed).replace(
+        "DRAIN_BATCH", str(DRAIN_BATCH)).replace("DRAIN_PAUSE_MS", str(DRAIN_PAUSE_MS)))
+    return path
 
 
 def print_summary(result: dict[str, Any]) -> None:
@@ -335,54 +449,60 @@ def print_summary(result: dict[str, Any]) -> None:
     print(f"search  {load['events']:,} events (table {load['table_mb']} MB, payload "
           f"{load['payload_bytes']} B as text), first page of {PAGE}; latency p50 / p99 ms")
     print(f"  {'option':26s} {'rare word':>19s} {'event id':>19s} {'common + failed':>19s} "
-          f"{'index MB':>9s} {'build s':>8s} {'ingest/s':>9s}")
-    rows = (("no index, full text", "none", "fts"), ("no index, ILIKE", "none", "ilike"),
-            ("GIN full text (0008)", "fts", "fts"), ("GIN trigram, ILIKE", "trigram", "ilike"))
+          f"{'index MB':>9s} {'build s':>8s} {'ingest/s':>9s} {'drain/s':>8s}")
+    rows = (("no search index", "none", None), ("event_search (0017)", "search", "fts"),
+            ("GIN expression (0008)", "expression", None),
+            ("GIN trigram, ILIKE", "trigram", "ilike"))
     for label, name, method in rows:
         option = result["options"].get(name)
         if not option:
-            print(f"  {label:26s} not available")
             continue
-        cells = [option["searches"][f"{method}_{kind}"] for kind in ("rare", "id", "common")]
-        timings = " ".join(f"{c['p50_ms']:>9.2f}/{c['p99_ms']:<9.2f}" for c in cells)
-        ingest = option["ingest"]["tps"] if option["ingest"] else float("nan")
-        size = option["index_mb"] if option["index_mb"] is not None else 0
-        build = option["build_seconds"] if option["build_seconds"] is not None else 0
-        print(f"  {label:26s} {timings} {size:9.1f} {build:8.1f} {ingest:9.0f}")
+        cells = [option["searches"].get(f"{method}_{kind}") for kind in ("rare", "id", "common")]
+        timings = " ".join(f"{c['p50_ms']:>9.2f}/{c['p99_ms']:<9.2f}" if c else f"{'':19s}"
+                           for c in cells)
+        ingest = option["ingest"] or {}
+        print(f"  {label:26s} {timings} {option['index_mb'] or 0:9.1f} "
+              f"{option['build_seconds'] or 0:8.1f} {ingest.get('tps', float('nan')):9.0f} "
+              f"{ingest.get('drain_jobs_per_s', float('nan')):8.0f}")
+    for turn, pair in enumerate(result.get("alternated", []), 1):
+        print(f"  turn {turn}: ingest/s none {_tps(pair['none'])}, search "
+              f"{_tps(pair['search'])}")
     for name, ratios in result["ratios"].items():
         print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+
+
+def _tps(ingest: dict[str, Any] | None) -> str:
+    return f"{ingest['tps']:.0f}" if ingest else "-"
 
 
 # --- helpers -----------------------------------------------------------------------------
 
 
-def _ratios(options: dict[str, Any]) -> dict[str, Any]:
-    """Each option's search p50 and ingest rate against no index."""
-    none = options["none"]
+def _ratios(options: dict[str, Any], alternated: list[dict[str, Any]]) -> dict[str, Any]:
+    """The search's ingest rate and drain rate against no index (the means of the
+    alternated runs), and each older option's ingest rate against no index."""
     out: dict[str, Any] = {}
-    for name, method in (("fts", "fts"), ("trigram", "ilike")):
+    none = [pair["none"] for pair in alternated if pair["none"]]
+    search = [pair["search"] for pair in alternated if pair["search"]]
+    if none and search:
+        out["search"] = {
+            "ingest_rate_vs_none": _ratio(_mean(search, "tps"), _mean(none, "tps")),
+            "ingest_p99_vs_none": _ratio(_mean(search, "p99_ms"), _mean(none, "p99_ms")),
+            "drain_rate_vs_none": _ratio(_mean(search, "drain_jobs_per_s"),
+                                         _mean(none, "drain_jobs_per_s"))}
+        rare = options["search"]["searches"].get("fts_rare")
+        if rare:
+            out["search"]["rare_p99_ms"] = rare["p99_ms"]
+    for name in ("expression", "trigram"):
         option = options.get(name)
-        if not option:
-            continue
-        out[name] = {
-            f"{kind}_p50_speedup": _ratio(none["searches"][f"{method}_{kind}"]["p50_ms"],
-                                          option["searches"][f"{method}_{kind}"]["p50_ms"])
-            for kind in ("rare", "id", "common")}
-        if option["ingest"] and none["ingest"]:
-            out[name]["ingest_rate_vs_none"] = _ratio(option["ingest"]["tps"],
-                                                      none["ingest"]["tps"])
-    fts, trigram = options.get("fts"), options.get("trigram")
-    if fts and trigram:
-        out["trigram_vs_fts"] = {
-            "index_size": _ratio(trigram["index_mb"], fts["index_mb"]),
-            "build_seconds": _ratio(trigram["build_seconds"], fts["build_seconds"]),
-            **{f"{kind}_p50": _ratio(trigram["searches"][f"ilike_{kind}"]["p50_ms"],
-                                     fts["searches"][f"fts_{kind}"]["p50_ms"])
-               for kind in ("rare", "id", "common")}}
-        if trigram["ingest"] and fts["ingest"]:
-            out["trigram_vs_fts"]["ingest_rate"] = _ratio(trigram["ingest"]["tps"],
-                                                          fts["ingest"]["tps"])
+        if option and option["ingest"] and none:
+            out[name] = {"ingest_rate_vs_none": _ratio(option["ingest"]["tps"],
+                                                       _mean(none, "tps"))}
     return out
+
+
+def _mean(runs: list[dict[str, Any]], key: str) -> float:
+    return sum(float(run[key]) for run in runs) / len(runs)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -405,8 +525,12 @@ def _autocommit(engine: Engine, *statements: str) -> None:
 
 
 def _index_mb(engine: Engine, name: str) -> float:
+    return _mb(_relation_size(engine, name))
+
+
+def _relation_size(engine: Engine, name: str) -> int:
     with engine.connect() as conn:
-        return _mb(conn.execute(sa.text("SELECT pg_relation_size(CAST(:n AS regclass))"),
+        return int(conn.execute(sa.text("SELECT pg_total_relation_size(CAST(:n AS regclass))"),
                                 {"n": name}).scalar_one())
 
 

@@ -3,7 +3,8 @@
 -- customer order the worker runs them in), the Stripe handler's LedgerBook (and its
 -- AccountMove for an account new to that statement) and OutboxInsert for each job K (the
 -- block between the markers, repeated with K = 1..N by benchmarks/pgbench.py), and one
--- queries.JobMarkDoneMany for them all.
+-- queries.JobMarkDoneMany for them all, with their events' search documents
+-- (EVENT_SEARCH_INSERT: queries.EVENT_SEARCH_INSERT, put in by benchmarks/pgbench.py).
 SELECT array_agg(j.id ORDER BY c.customer, j.id) AS ids,
        array_agg(j.event_id ORDER BY c.customer, j.id) AS event_ids,
        array_agg(c.invoice ORDER BY c.customer, j.id) AS invoices,
@@ -65,6 +66,10 @@ VALUES ('receipt:' || (CAST(:invoices AS text[]))[K], 'receipt', (CAST(:emails A
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 -- end job
-UPDATE jobs SET status = 'done', attempts = attempts + 1, finished_at = now(),
-                outcome = 'credited', last_error = NULL
-WHERE id = ANY (CAST(:ids AS bigint[])) AND status = 'pending';
+WITH marked AS (
+    UPDATE jobs SET status = 'done', attempts = attempts + 1, finished_at = now(),
+                    outcome = 'credited', last_error = NULL
+    WHERE id = ANY (CAST(:ids AS bigint[])) AND status = 'pending'
+    RETURNING provider, source, event_id
+), indexed AS (EVENT_SEARCH_INSERT)
+SELECT count(*) FROM marked;

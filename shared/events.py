@@ -3,11 +3,12 @@ its emails and its effects (as the effects hooks of its provider show them, shar
 and the events per hour (the overview's counts are in shared/overview.py). Read-only;
 `webhooks events`, `webhooks show` and the console all read through here.
 
-Search (`EventFilter.search`) matches an event id exactly, or a word or phrase of the
-payload's string and number values (Postgres full-text search, `simple` configuration:
-no stemming, case-insensitive), through the GIN index `ix_webhook_events_search_bounded`. The
-expression below must stay the index's expression (models.EVENT_SEARCH_DOCUMENT), or the
-index is not used.
+Search (`EventFilter.search`) matches an event id exactly, at once (the unique indexes of
+webhook_events), or a word or phrase of the payload's string and number values (Postgres
+full-text search, `simple` configuration: no stemming, case-insensitive) once the event's
+job has run: the worker writes each event's document into event_search (GIN-indexed) in
+its job's transaction, whatever the outcome, never the ingest (shared/models.py). A
+just-acknowledged event is found by its id until then.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from sqlalchemy.engine import Connection
 from shared import hooks, payloads
 from shared.models import (
     ALL_SOURCES,
-    SEARCH_PAYLOAD_BYTES,
-    SEARCH_PREFIX_CHARS,
     EmailStatus,
     JobStatus,
+    event_search,
     jobs,
     outbox,
     paused_providers,
@@ -33,17 +33,7 @@ from shared.models import (
     webhook_events,
 )
 
-# The indexed search document, models.EVENT_SEARCH_DOCUMENT, with its columns qualified
-# (jobs has an event_id too); Postgres matches it to the index by meaning, not spelling.
-# Its constants are literals, not bound parameters: the planner matches only constants.
 _SIMPLE: sa.ColumnElement[Any] = sa.literal_column("'simple'::regconfig")
-_PAYLOAD_TEXT = sa.cast(webhook_events.c.payload, sa.Text)
-SEARCH_DOCUMENT = sa.func.to_tsvector(_SIMPLE, webhook_events.c.event_id).op("||")(sa.case(
-    (sa.func.octet_length(_PAYLOAD_TEXT) <= sa.literal_column(str(SEARCH_PAYLOAD_BYTES)),
-     sa.func.jsonb_to_tsvector(_SIMPLE, webhook_events.c.payload,
-                               sa.literal_column("""'["string", "numeric"]'::jsonb"""))),
-    else_=sa.func.to_tsvector(_SIMPLE, sa.func.left(
-        _PAYLOAD_TEXT, sa.literal_column(str(SEARCH_PREFIX_CHARS))))))
 MAX_PAGE = 500
 MAX_ROW_ID = 2**63 - 1  # bigint
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -136,10 +126,47 @@ def _where(query: sa.Select[Any], spec: EventFilter) -> sa.Select[Any]:
         query = query.where(e.received_at >= spec.since)
     if spec.until:
         query = query.where(e.received_at < spec.until)
-    if spec.search and spec.search.strip():
-        words = sa.func.phraseto_tsquery(_SIMPLE, spec.search.strip())
-        query = query.where(SEARCH_DOCUMENT.op("@@")(words))
     return query
+
+
+def _branches(spec: EventFilter) -> list[sa.Select[Any]]:
+    """The listing with spec's filters; with a search, as two disjoint queries planned on
+    their own: the events whose search document holds its words (the GIN index, or each
+    event's document by its key when other filters select few events), and those whose
+    id it is and whose document does not (not yet written: the job has not run). Their
+    UNION ALL, not an OR, which would read every event, and not one IN (... UNION ...),
+    which Postgres materializes whole (a common word: most of the table)."""
+    query = _where(_listing(), spec)
+    search = (spec.search or "").strip()
+    if not search:
+        return [query]
+    e, s = webhook_events.c, event_search.c
+    words = sa.func.phraseto_tsquery(_SIMPLE, search)
+    holds = sa.exists().where(s.provider == e.provider, s.source == e.source,
+                              s.event_id == e.event_id, s.document.op("@@")(words))
+    keys = _sources()
+    named = sa.and_(e.event_id == search, sa.tuple_(e.provider, e.source).in_(
+        sa.select(keys.c.provider, keys.c.source)))
+    return [query.where(holds), query.where(named, ~holds)]
+
+
+def _sources() -> sa.CTE:
+    """Every (provider, source) events have, by a skip scan of the unique (provider, source,
+    event_id) index: one probe per source, so that an event id is looked up in each
+    source's part of that index instead of reading all of it."""
+    e = webhook_events.c
+    first = sa.select(e.provider, e.source).order_by(e.provider, e.source).limit(1)
+    keys = first.cte("event_sources", recursive=True)
+    after = (sa.select(e.provider, e.source)
+             .where(sa.tuple_(e.provider, e.source) > sa.tuple_(keys.c.provider, keys.c.source))
+             .order_by(e.provider, e.source).limit(1).lateral("next_source"))
+    return keys.union_all(sa.select(after.c.provider, after.c.source)
+                          .select_from(keys).join(after, sa.true()))
+
+
+def _newest_first(query: sa.Select[Any], limit: int) -> sa.Select[Any]:
+    e = webhook_events.c
+    return query.order_by(e.received_at.desc(), e.id.desc()).limit(limit)
 
 
 def list_events(conn: Connection, spec: EventFilter, *, limit: int = 50,
@@ -147,12 +174,17 @@ def list_events(conn: Connection, spec: EventFilter, *, limit: int = 50,
     """Events newest first, `limit` at a time; `after` is the previous page's `next`."""
     limit = max(1, min(limit, MAX_PAGE))
     e = webhook_events.c
-    query = _where(_listing(), spec)
-    if after is not None:
-        query = query.where(sa.tuple_(e.received_at, e.id) < sa.tuple_(
-            sa.literal(after.received_at), sa.literal(after.id)))
-    query = query.order_by(e.received_at.desc(), e.id.desc()).limit(limit + 1)
-    rows = [EventRow(**row._mapping) for row in conn.execute(query)]
+    pages = []
+    for query in _branches(spec):
+        if after is not None:
+            query = query.where(sa.tuple_(e.received_at, e.id) < sa.tuple_(
+                sa.literal(after.received_at), sa.literal(after.id)))
+        pages.append(_newest_first(query, limit + 1))
+    if len(pages) > 1:  # each branch's newest, then the newest of them
+        both = sa.union_all(*pages).subquery()
+        pages = [sa.select(both).order_by(both.c.received_at.desc(), both.c.id.desc())
+                 .limit(limit + 1)]
+    rows = [EventRow(**row._mapping) for row in conn.execute(pages[0])]
     more = len(rows) > limit
     rows = rows[:limit]
     return Page(rows, Cursor(rows[-1].received_at, rows[-1].id) if more else None)
@@ -161,11 +193,14 @@ def list_events(conn: Connection, spec: EventFilter, *, limit: int = 50,
 def count_events(conn: Connection, spec: EventFilter, *, at_most: int | None = None) -> int:
     """How many events match; with at_most, counting stops after at_most + 1 (a page's
     "10,000+" must not count a million rows on every view)."""
-    query = _where(_listing(), spec)
-    if at_most is None:
-        return int(conn.execute(query.with_only_columns(sa.func.count())).scalar_one())
-    matching = query.with_only_columns(webhook_events.c.id).limit(at_most + 1).subquery()
-    return int(conn.execute(sa.select(sa.func.count()).select_from(matching)).scalar_one())
+    total = 0
+    for query in _branches(spec):
+        if at_most is None:
+            total += int(conn.execute(query.with_only_columns(sa.func.count())).scalar_one())
+            continue
+        matching = query.with_only_columns(webhook_events.c.id).limit(at_most + 1).subquery()
+        total += int(conn.execute(sa.select(sa.func.count()).select_from(matching)).scalar_one())
+    return total if at_most is None else min(total, at_most + 1)
 
 
 @dataclass(frozen=True)

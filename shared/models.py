@@ -7,6 +7,7 @@
   (provider, source, event_id) is unique for every row: the key jobs and duplicates refer to.
 - jobs UNIQUE (provider, source, event_id): one job per event.
 - outbox UNIQUE (idempotency_key): one email per key.
+- event_search PRIMARY KEY (provider, source, event_id): one search document per event.
 
 Apps add their tables to the same `metadata` (the reference app's are in webhooks/ledger/tables.py),
 so that one migration history and `alembic check` cover them.
@@ -38,7 +39,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 
 metadata = MetaData(
     naming_convention={
@@ -112,7 +113,8 @@ ALL_SOURCES = "*"  # paused_providers.source: the pause covers every source of t
 # MAX_BODY_BYTES makes the insert fail.
 SEARCH_PAYLOAD_BYTES = 262_144
 SEARCH_PREFIX_CHARS = 65_536
-EVENT_SEARCH_DOCUMENT = (  # as Postgres prints it, so that `alembic check` finds it equal
+SEARCH_PENDING_LIST_KB = 65_536  # ix_event_search_document's gin_pending_list_limit
+EVENT_SEARCH_DOCUMENT = (  # over a webhook_events row: event_search.document's value
     "(to_tsvector('simple'::regconfig, event_id) ||\nCASE\n"
     f"    WHEN octet_length(payload::text) <= {SEARCH_PAYLOAD_BYTES} THEN "
     "jsonb_to_tsvector('simple'::regconfig, payload, '[\"string\", \"numeric\"]'::jsonb)\n"
@@ -157,9 +159,29 @@ webhook_events = Table(
     Index("ix_webhook_events_received_at_id", "received_at", "id"),
     Index("ux_webhook_events_body", "provider", "body_sha256", unique=True,
           postgresql_where=text("body_sha256 IS NOT NULL")),
-    # The search (shared/events.py): the event id and the payload's words (migration 0008).
-    Index("ix_webhook_events_search_bounded", text(EVENT_SEARCH_DOCUMENT),
-          postgresql_using="gin"),
+)
+
+# The search document of each event whose job has run (shared/events.py searches it),
+# EVENT_SEARCH_DOCUMENT of its row: written by the worker in the job's transaction, whatever
+# the outcome (done, retried, failed), never by the ingest. A GIN index is costly to keep
+# up to date row by row (its pending list is flushed by whichever insert fills it), and
+# here that cost is off the acknowledgement's transaction (migration 0017). No foreign key:
+# its check would lock each event row (FOR KEY SHARE, a write on webhook_events per job);
+# retention deletes an event's row with the event (queries.EventDeleteFinished).
+event_search = Table(
+    "event_search",
+    metadata,
+    Column("provider", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("event_id", Text, nullable=False),
+    Column("document", TSVECTOR, nullable=False),
+    PrimaryKeyConstraint("provider", "source", "event_id"),
+    # New documents go to the index's pending list (an append); the clock's sweep merges
+    # it into the index (queries.EventSearchFlush), so that no worker's batch does: an
+    # insert that overfills the list merges it in its own transaction. The limit is room
+    # for many sweeps' worth of documents; a search reads the pending list too.
+    Index("ix_event_search_document", "document", postgresql_using="gin",
+          postgresql_with={"gin_pending_list_limit": SEARCH_PENDING_LIST_KB}),
 )
 
 # One row per duplicate delivery, so `webhooks stats` can count duplicates per day.

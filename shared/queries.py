@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from shared.models import (
     ALL_SOURCES,
+    EVENT_SEARCH_DOCUMENT,
     DeliveryStatus,
     EmailStatus,
     JobStatus,
@@ -178,36 +179,73 @@ JobClaimById = text(f"""
     )
 """)
 
+# The search documents of the events of the jobs a marking statement below changed (its
+# CTE `marked`), written in that statement, hence in the job's transaction: an event is
+# searchable by its words once its job has run, whatever the outcome, and a rolled-back
+# attempt leaves no document. The ingest never writes one (models.event_search: a GIN
+# index is kept off the acknowledgement's transaction). ON CONFLICT DO NOTHING: a retried
+# or replayed job's event has its document already (the payload never changes).
+EVENT_SEARCH_INSERT = f"""
+    INSERT INTO event_search (provider, source, event_id, document)
+    SELECT provider, source, event_id, {EVENT_SEARCH_DOCUMENT}
+    FROM webhook_events
+    WHERE (provider, source, event_id) IN (SELECT provider, source, event_id FROM marked)
+    ON CONFLICT DO NOTHING
+"""
+
 # Jobs marked done with their outcomes, in the transaction of their handlers' writes: a
-# batch's in one statement. Guarded by status = pending: a job is completed once.
+# batch's in one statement, with their events' search documents. Guarded by status =
+# pending: a job is completed once; the statement returns how many it marked.
 # finished_at is this statement's time, the transaction's last before COMMIT (now() would
 # be the time the batch began).
 # Proven by: test_jobs.py::test_same_job_processed_twice_and_concurrently_applies_once,
-# ::test_done_job_is_never_claimed_again.
+# ::test_done_job_is_never_claimed_again,
+# test_event_search_index.py::test_an_event_is_found_by_its_words_once_its_job_has_run.
 JobMarkDoneMany = text(f"""
-    UPDATE jobs SET status = '{DONE}', attempts = attempts + 1,
-                    finished_at = statement_timestamp(),
-                    outcome = done.outcome, last_error = NULL
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:outcomes AS text[])) AS done (id, outcome)
-    WHERE jobs.id = done.id AND jobs.status = '{PENDING}'
+    WITH marked AS (
+        UPDATE jobs SET status = '{DONE}', attempts = attempts + 1,
+                        finished_at = statement_timestamp(),
+                        outcome = done.outcome, last_error = NULL
+        FROM unnest(CAST(:ids AS bigint[]), CAST(:outcomes AS text[])) AS done (id, outcome)
+        WHERE jobs.id = done.id AND jobs.status = '{PENDING}'
+        RETURNING jobs.provider, jobs.source, jobs.event_id
+    ), indexed AS ({EVENT_SEARCH_INSERT})
+    SELECT count(*) FROM marked
 """)
 
 # After a handler error (its writes rolled back to the savepoint): count the attempt and
 # schedule the next one (held if its source was paused meanwhile: the pause skipped it,
-# locked by this batch), or fail the job for good.
+# locked by this batch), or fail the job for good; either way with its event's search
+# document, and the count of jobs marked (1, or 0 if it was not pending).
 # Proven by (with JobMarkFailed):
-# test_jobs.py::test_failing_handler_rolls_back_retries_with_backoff_then_fails.
+# test_jobs.py::test_failing_handler_rolls_back_retries_with_backoff_then_fails,
+# test_event_search_index.py::test_a_failed_jobs_event_is_searchable.
 JobMarkRetry = text(f"""
-    UPDATE jobs SET attempts = attempts + 1, last_error = :error,
-                    run_at = now() + make_interval(secs => :delay), held = {PAUSED}
-    WHERE id = :id AND status = '{PENDING}'
+    WITH marked AS (
+        UPDATE jobs SET attempts = attempts + 1, last_error = :error,
+                        run_at = now() + make_interval(secs => :delay), held = {PAUSED}
+        WHERE id = :id AND status = '{PENDING}'
+        RETURNING provider, source, event_id
+    ), indexed AS ({EVENT_SEARCH_INSERT})
+    SELECT count(*) FROM marked
 """)
 
 JobMarkFailed = text(f"""
-    UPDATE jobs SET status = '{FAILED}', attempts = attempts + 1, last_error = :error,
-                    finished_at = statement_timestamp()
-    WHERE id = :id AND status = '{PENDING}'
+    WITH marked AS (
+        UPDATE jobs SET status = '{FAILED}', attempts = attempts + 1, last_error = :error,
+                        finished_at = statement_timestamp()
+        WHERE id = :id AND status = '{PENDING}'
+        RETURNING provider, source, event_id
+    ), indexed AS ({EVENT_SEARCH_INSERT})
+    SELECT count(*) FROM marked
 """)
+
+# The search index's pending list merged into the index, by the clock's sweep: a GIN insert
+# that overfills the list merges it in its own transaction, and this keeps that out of the
+# worker's batches (models.event_search). Postgres lets only the index's owner run it;
+# returns the pages merged.
+# Proven by: test_event_search_index.py::test_the_sweep_merges_the_search_pending_list.
+EventSearchFlush = text("SELECT gin_clean_pending_list('ix_event_search_document')")
 
 JobCountDue = text(f"""
     SELECT count(*) FROM jobs WHERE {DUE}
@@ -416,18 +454,27 @@ JobReplay = text(f"""
 """)
 
 # Retention: a bounded batch of events whose job is done and finished before the cutoff,
-# with their jobs and duplicate records (ON DELETE CASCADE). Never pending or failed work.
-# SKIP LOCKED keeps two pruners out of each other's way.
-# Proven by: test_clock.py::test_prune_keeps_pending_and_failed_work_and_recent_events.
+# with their jobs and duplicate records (ON DELETE CASCADE) and their search documents
+# (event_search has no foreign key: deleted here, in the same statement). Never pending or
+# failed work. SKIP LOCKED keeps two pruners out of each other's way. Returns how many
+# events it deleted.
+# Proven by: test_clock.py::test_prune_keeps_pending_and_failed_work_and_recent_events,
+# test_event_search_index.py::test_prune_deletes_the_search_documents_with_their_events.
 EventDeleteFinished = text(f"""
-    DELETE FROM webhook_events e
-    USING (
+    WITH old AS (
         SELECT j.provider, j.source, j.event_id FROM jobs j
         WHERE j.status = '{DONE}' AND j.finished_at < now() - make_interval(days => :days)
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
-    ) old
-    WHERE e.provider = old.provider AND e.source = old.source AND e.event_id = old.event_id
+    ), unsearched AS (
+        DELETE FROM event_search s USING old
+        WHERE s.provider = old.provider AND s.source = old.source AND s.event_id = old.event_id
+    ), deleted AS (
+        DELETE FROM webhook_events e USING old
+        WHERE e.provider = old.provider AND e.source = old.source AND e.event_id = old.event_id
+        RETURNING 1
+    )
+    SELECT count(*) FROM deleted
 """)
 
 # --- reconciliation -----------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Retention (`webhooks prune`, the clock's nightly tick): delete events whose job is
-`done` and finished more than `days` ago, with their jobs and duplicate records, in
-bounded batches so no lock is held for long.
+`done` and finished more than `days` ago, with their jobs, duplicate records and search
+documents, in bounded batches so no lock is held for long.
 
 Notifications sent or failed more than `days` ago go too (their deliveries with them),
 and the coalescing windows that closed before then.
@@ -25,7 +25,7 @@ def prune(engine: Engine, days: int, batch_size: int = BATCH_SIZE) -> int:
     while True:
         with engine.begin() as conn:
             deleted = conn.execute(queries.EventDeleteFinished,
-                                   {"days": days, "limit": batch_size}).rowcount
+                                   {"days": days, "limit": batch_size}).scalar_one()
         total += deleted
         if deleted < batch_size:
             break

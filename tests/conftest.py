@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TABLES = ("outbox", "ledger_entries", "accounts", "subscriptions", "webhook_duplicates",
           "reconcile_runs", "paused_providers", "audit_results", "jobs", "webhook_events",
           "failover_reconciles", "database_timelines", "notification_deliveries",
-          "notifications", "notification_windows", "notification_health", "clock_heartbeats")
+          "notifications", "notification_windows", "notification_health", "clock_heartbeats",
+          "event_search")
 KEEP_SERVERS = "WEBHOOKS_TEST_KEEP_SERVERS"
 
 

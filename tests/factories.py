@@ -12,6 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from shared.models import EVENT_SEARCH_DOCUMENT
+
 
 def stripe_event(event_type: str, obj: dict[str, Any], *, event_id: str | None = None,
                  created: int | None = None) -> dict[str, Any]:
@@ -50,8 +52,10 @@ def stripe_signature(body: bytes, secret: str, timestamp: int | None = None) -> 
 
 def insert_event_and_job(engine: Engine, event: dict[str, Any], provider: str = "stripe",
                          source: str | None = None, **job: Any) -> int:
-    """Insert an event row and its pending job directly (no broker message); source None:
-    the provider's default source."""
+    """Insert an event row and its job directly (no broker message), pending unless `job`
+    says otherwise; source None: the provider's default source. A job that has run (a
+    status other than pending, or attempts) has its event's search document, as the
+    worker writes it in the job's transaction (shared/queries.py); a pending one not."""
     key = {"p": provider, "s": source or provider, "e": event["id"],
            "t": event.get("type", "unknown")}
     with engine.begin() as conn:
@@ -66,4 +70,17 @@ def insert_event_and_job(engine: Engine, event: dict[str, Any], provider: str = 
             sa.text(f"INSERT INTO jobs ({columns}) VALUES ({values}) RETURNING id"),
             {**key, **job},
         ).scalar_one()
+        if job.get("status", "pending") != "pending" or job.get("attempts"):
+            index_for_search(conn, job_id)
     return job_id
+
+
+def index_for_search(conn: sa.Connection, job_id: int) -> None:
+    """The search document of the job's event, as the worker's marking statements write it."""
+    conn.execute(sa.text(f"""
+        INSERT INTO event_search (provider, source, event_id, document)
+        SELECT e.provider, e.source, e.event_id, {EVENT_SEARCH_DOCUMENT}
+        FROM webhook_events e JOIN jobs j USING (provider, source, event_id)
+        WHERE j.id = :id
+        ON CONFLICT DO NOTHING
+    """), {"id": job_id})

@@ -459,7 +459,8 @@ class Moment(click.ParamType):
 @click.option("--since", type=Moment(), help="Received at or after this time.")
 @click.option("--until", type=Moment(), help="Received before this time.")
 @click.option("--search", metavar="TEXT",
-              help="An event id, or words anywhere in the payload (an email, an invoice id).")
+              help="An event id, or words anywhere in the payload (an email, an invoice id): "
+                   "an event is searchable by its words once its job has run.")
 @click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def events(provider: str | None, source: str | None, event_type: str | None,

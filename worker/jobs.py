@@ -33,6 +33,10 @@ A Stripe thin event's job first fetches what the event announces (worker/thin_ev
 just before its handler; a failed fetch is that job's failed attempt, recorded in the
 batch, and the batch carries on without it.
 
+Every statement that marks a job (done, retry, failed) also writes its event's search
+document (queries.JobMarkDoneMany): an event is searchable by its words once its job has
+run, whatever the outcome, in the job's own transaction, never the ingest's.
+
 A wake-up message (worker/actors.py) runs `on_wakeup`: batch after batch while they apply
 jobs, then the wake-ups the committed batches ask for (their emails, their retries).
 """
@@ -321,9 +325,11 @@ def _run_handler(conn: Connection, settings: Settings, row: ClaimedJob) -> _Appl
 
 
 def _mark_done(conn: Connection, applied: list[_Applied]) -> None:
-    updated = db.execute_in(conn, queries.JobMarkDoneMany, {
+    """The jobs done, and their events' search documents written, in one statement."""
+    marked = db.fetch_in(conn, queries.JobMarkDoneMany, {
         "ids": [job.row.id for job in applied], "outcomes": [job.outcome for job in applied],
     })
+    updated = marked[0] if marked else 0
     if updated != len(applied):
         # Impossible while we hold the row locks from the claim; refuse to commit if it is.
         raise RuntimeError(f"{len(applied) - updated} claimed job(s) were not pending")
@@ -426,7 +432,8 @@ def _after_error(
 
 
 def _mark(conn: Connection, statement: sa.TextClause, params: dict[str, Any]) -> None:
-    updated = conn.execute(statement, params).rowcount
+    """A retry or a failure marked, with the event's search document."""
+    updated = conn.execute(statement, params).scalar_one()
     if updated != 1:
         # Impossible while we hold the row lock from the claim; refuse to commit if it happens.
         raise RuntimeError(f"job {params['id']} was not pending when it was marked")

@@ -392,12 +392,24 @@ def test_search_finds_an_event_by_a_word_of_its_payload(client: FlaskClient,
                                                         clean_db: Engine) -> None:
     factories.insert_event_and_job(clean_db, factories.stripe_event(
         "invoice.paid", factories.invoice("in_ZX81abc", email="ada@analytical.example"),
-        event_id="evt_ada"))
+        event_id="evt_ada"), status="done")  # its job has run: its document is written
     factories.insert_event_and_job(clean_db, factories.stripe_event(
-        "invoice.paid", factories.invoice(), event_id="evt_other"))
+        "invoice.paid", factories.invoice(), event_id="evt_other"), status="done")
     for text in ("ada@analytical.example", "in_ZX81abc"):
         html = get(client, "/events", query_string={"search": text}).get_data(as_text=True)
         assert _ids_on(html) == ["evt_ada"], text
+    assert "searchable by its words once its job has run" in html
+
+
+def test_an_event_whose_job_has_not_run_is_found_by_its_id_only(
+        client: FlaskClient, clean_db: Engine) -> None:
+    factories.insert_event_and_job(clean_db, factories.stripe_event(
+        "invoice.paid", factories.invoice(email="soon@analytical.example"),
+        event_id="evt_soon"))  # pending: acknowledged, not run yet
+    assert _ids_on(get(client, "/events", query_string={"search": "evt_soon"}).get_data(
+        as_text=True)) == ["evt_soon"]
+    assert _ids_on(get(client, "/events", query_string={
+        "search": "soon@analytical.example"}).get_data(as_text=True)) == []
 
 
 @pytest.mark.parametrize("query", ["status=exploded", "since=yesterday", "until=2026-13-01",

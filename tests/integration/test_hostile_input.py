@@ -84,7 +84,8 @@ def test_a_row_python_cannot_load_fails_its_own_job_and_the_others_run(  # type:
 
 def test_a_large_payload_of_distinct_words_is_recorded_and_found(settings, clean_db) -> None:  # type: ignore[no-untyped-def]
     """1.5 MB of distinct words overflows a tsvector (1 MB); the search document of a large
-    payload is its beginning, so the insert succeeds and the event is still found."""
+    payload is its beginning, so the insert and the job's document succeed and the event
+    is still found."""
     words = " ".join(f"w{n:011x}" for n in range(120_000))  # 1.56 MB, 120,000 distinct
     event = {"id": "evt_large", "object": "event", "type": "invoice.updated",
              "created": 1767225600, "data": {"object": {"id": "in_large", "memo": "needle",
@@ -95,6 +96,8 @@ def test_a_large_payload_of_distinct_words_is_recorded_and_found(settings, clean
     response = client.post("/webhooks/stripe", data=body, headers={
         "Stripe-Signature": factories.stripe_signature(body, STRIPE_SECRET)})
     assert response.status_code == 200, response.get_data(as_text=True)
+    # Its document is written by its job's marking statement: that must not fail either.
+    assert jobs.process_batch(clean_db, settings).done == 1
     with db.transaction(clean_db) as conn:
         by_id = events.list_events(conn, events.EventFilter(search="evt_large"))
         by_word = events.list_events(conn, events.EventFilter(search="needle"))

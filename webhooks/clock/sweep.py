@@ -8,7 +8,9 @@ Each sweep also records the database server's timeline (shared/failover.py): a t
 not seen before, after the first, is a failover, logged at WARNING; the clock's
 after-failover reconciliation and the outbox's searches follow from the recorded row; with
 settings, a failover's `database.failover` notification is recorded in the same
-transaction.
+transaction. And it merges the event search index's pending list
+(queries.EventSearchFlush), so that the workers' batches, which append documents to it,
+never merge it themselves.
 
 Due notification deliveries are woken too (coalesced tails fall due when their window
 closes, whoever recorded them).
@@ -24,9 +26,10 @@ import logging
 from dataclasses import dataclass
 
 import dramatiq
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import failover, notifications, pausing, queries, wakeups
+from shared import db, failover, notifications, pausing, queries, wakeups
 from shared.models import SWEEP_HEARTBEAT
 from shared.settings import Settings
 
@@ -82,6 +85,7 @@ def sweep(engine: Engine, broker: dramatiq.Broker,
     if held or released:
         log.info("sweep held the jobs of paused sources and released the others'",
                  extra={"held": held, "released": released})
+    flush_search(engine)
     woken = True
     if due_jobs:
         uncovered = _uncovered(broker, wakeups.JOBS_QUEUE, due_jobs, wakeups.JOBS_PER_MESSAGE)
@@ -100,6 +104,20 @@ def sweep(engine: Engine, broker: dramatiq.Broker,
                  extra={"due_jobs": due_jobs, "due_emails": due_emails,
                         "due_notifications": due_notifications, "enqueued": woken})
     return SweepResult(due_jobs, due_emails, woken, timeline, due_notifications)
+
+
+def flush_search(engine: Engine) -> int | None:
+    """Merge the search index's pending list, in a transaction of its own; None if it
+    failed (logged: not the index's owner, or the index missing), and the sweep goes on."""
+    try:
+        with engine.begin() as conn:
+            return int(conn.execute(queries.EventSearchFlush).scalar_one())
+    except sa.exc.DBAPIError as error:
+        if db.is_unavailable(error):
+            raise
+        log.warning("search index's pending list not merged",
+                    extra={"error": str(error.orig).splitlines()[0] if error.orig else ""})
+        return None
 
 
 def _report(timeline: failover.Timeline) -> None:
