@@ -1,5 +1,5 @@
 """`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers|search|reconcile|
-scaleout|scaleout-quota|growth]`.
+scaleout|scaleout-quota|growth|claim|overview]`.
 
 Prints throughput, latency, the ratio to pgbench running the same SQL, end-to-end delay,
 peak RSS per process and idle CPU, and saves them with the concurrency chart (results/README.md):
@@ -19,6 +19,10 @@ groups side by side, with the CPU each process kind spent per job. `--only scale
 otherwise skipped with the reason), Postgres unlimited. `--only growth`
 (benchmarks/growth.py) measures the ingest and the drain with 10,000, 100,000 and 1,000,000
 finished events already recorded; like search, it is not part of a full run.
+`--only claim` (benchmarks/claim.py; part of a full run and, small, of --smoke) times the
+worker's claim with 20,000 jobs of a paused provider at the head of the queue, held, against
+none paused. `--only overview` (benchmarks/overview.py; tiny in --smoke) times the console's
+overview page over 2,000,000 events and jobs, from the statistics' estimates and exact.
 Never fails on a threshold: the numbers are for reading, the targets are printed next to them.
 """
 
@@ -34,14 +38,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import growth, reconcile, report, scaleout, scenarios, search, stack
+from benchmarks import (
+    claim,
+    growth,
+    overview,
+    reconcile,
+    report,
+    scaleout,
+    scenarios,
+    search,
+    stack,
+)
 
 TARGETS = {"ingest_rps": 3000, "ingest_p99_ms": 20, "worker_jobs_per_s": 2000,
            "e2e_p99_ms_at_500": 100, "idle_cpu_percent": 2,
            "scaleout_2_over_1": scaleout.TARGET_TWO_OVER_ONE,
            "scaleout_quota_2_over_1": scaleout.TARGET_QUOTA_TWO_OVER_ONE}
 SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers", "search", "reconcile", "scaleout",
-             "scaleout-quota", "growth")
+             "scaleout-quota", "growth", "claim", "overview")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.seconds:
         plan = replace(plan, ingest_seconds=args.seconds, e2e_seconds=args.seconds)
     chosen = args.only or (["ingest", "worker", "e2e", "search", "reconcile", "scaleout",
-                            "scaleout-quota"] if args.smoke
+                            "scaleout-quota", "claim", "overview"] if args.smoke
                            else ["ingest", "sweep", "worker", "e2e", "reconcile", "scaleout",
-                                 "scaleout-quota"])
+                                 "scaleout-quota", "claim"])
     logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-"))
     name = args.database or ("webhooks_bench_smoke" if args.smoke else "webhooks_bench")
     print(f"benchmarks: {', '.join(chosen)}; database {name}; process logs in {logs}; "
@@ -79,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             scaleout.print_summary(results[scenario])
         elif scenario == "growth":
             growth.print_summary(results[scenario], TARGETS)
-        else:
+        elif scenario not in ("claim", "overview"):  # these print their own summary
             report.print_scenario(scenario, results[scenario], TARGETS)
     results["load_average_end"] = stack.load_average()
     written = _save(results, args, Path(args.out))
@@ -144,6 +158,10 @@ def _run(scenario: str, target: stack.Target, plan: scenarios.Plan,
         return scaleout.run_quota(target, plan, args.jobs or scaleout.QUOTA_JOBS,
                                   args.quota or scaleout.QUOTA_CORES,
                                   postgres_share=args.postgres_share)
+    if scenario == "claim":
+        return claim.run(target, **(claim.SMOKE if args.smoke else {}))
+    if scenario == "overview":
+        return overview.run(target, **(overview.SMOKE if args.smoke else {}))
     if scenario == "growth":
         return growth.run(target, plan, growth.SMOKE if args.smoke else growth.Plan())
     return scenarios.servers(target, plan, report.server_candidates())

@@ -70,6 +70,33 @@ def summary(timings: list[float]) -> dict[str, float]:
             "p99_ms": round(ordered[int(len(ordered) * 0.99) - 1], 3)}
 
 
+JOBS = 20_000
+ROUNDS = 300
+SMOKE = {"jobs": 2_000, "rounds": 30}
+TARGET_HELD_OVER_NONE = 1.2
+
+
+def run(target: stack.Target, jobs: int = JOBS, rounds: int = ROUNDS) -> dict[str, Any]:
+    """`python -m benchmarks --only claim` (and, small, --smoke): the measure on the
+    benchmark's own database, emptied before and after; with the ratio the target reads,
+    the claim with the paused backlog held and vacuumed over the claim with none paused."""
+    stack.reset(target)
+    engine = target.engine()
+    try:
+        with engine.begin() as conn:
+            seed(conn, jobs)
+        results = measure(engine, jobs, rounds)
+    finally:
+        engine.dispose()
+        stack.reset(target)
+    base = results[NONE_PAUSED]["p50_ms"]
+    held = results[f"{jobs:,} oldest's provider paused, held, vacuumed"]["p50_ms"]
+    print(f"claim of 50 over {2 * jobs:,} pending jobs: none paused p50 {base:.3f} ms, "
+          f"{jobs:,} paused and held p50 {held:.3f} ms (x{held / base:.2f})", flush=True)
+    return {"jobs": jobs, "rounds": rounds, "claims": results,
+            "held_over_none": round(held / base, 3), "target": TARGET_HELD_OVER_NONE}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")

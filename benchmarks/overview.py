@@ -111,6 +111,29 @@ def measure(engine: sa.Engine, rounds: int, exact_rounds: int) -> dict[str, Any]
     return {"estimated": estimated, "exact": exact}
 
 
+ROWS = 2_000_000
+SMOKE = {"rows": 20_000, "rounds": 10, "exact_rounds": 2}
+TARGET_P99_MS = 200
+
+
+def run(target: stack.Target, rows: int = ROWS, rounds: int = 100,
+        exact_rounds: int = 5) -> dict[str, Any]:
+    """`python -m benchmarks --only overview` (and, small, --smoke): load and measure on
+    the benchmark's own database, emptied before and after."""
+    stack.reset(target)
+    engine = target.engine()
+    try:
+        took = load(engine, rows)
+        results = measure(engine, rounds, exact_rounds)
+    finally:
+        engine.dispose()
+        stack.reset(target)
+    print(f"console overview over {rows:,} events and jobs: estimated p99 "
+          f"{results['estimated']['p99_ms']} ms, exact p99 {results['exact']['p99_ms']} ms",
+          flush=True)
+    return {"rows": rows, "load_seconds": took, **results, "target_p99_ms": TARGET_P99_MS}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")

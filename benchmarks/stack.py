@@ -25,7 +25,8 @@ from sqlalchemy.engine import Engine
 ROOT = Path(__file__).resolve().parent.parent
 STRIPE_SECRET = "whsec_benchmark_secret"
 TABLES = ("ledger_entries", "outbox", "accounts", "subscriptions", "webhook_duplicates",
-          "jobs", "webhook_events")
+          "jobs", "webhook_events", "event_search", "paused_providers", "notifications",
+          "notification_deliveries", "notification_windows", "notification_health")
 
 
 @dataclass(frozen=True)
