@@ -109,13 +109,9 @@ def main() -> None:
     args = parser.parse_args()
     target = stack.prepare(args.admin_url, args.database, args.broker_url,
                            stack.ROOT / ".bench-logs")
-    engine = target.engine()
     try:
-        with engine.begin() as conn:
-            seed(conn, args.jobs)
-        results = measure(engine, args.jobs, args.rounds)
+        results = run(target, args.jobs, args.rounds)["claims"]
     finally:
-        engine.dispose()
         stack.drop(args.admin_url, args.database)
     base = results[NONE_PAUSED]["p50_ms"]
     print(f"claim of 50 over {2 * args.jobs:,} pending jobs, {args.rounds} claims each:")

@@ -147,15 +147,14 @@ def main() -> None:
     args = parser.parse_args()
     target = stack.prepare(args.admin_url, args.database, args.broker_url,
                            stack.ROOT / ".bench-logs")
-    engine = target.engine()
     try:
-        took = load(engine, args.rows)
-        results = measure(engine, args.rounds, args.exact_rounds)
+        results = run(target, args.rows, args.rounds, args.exact_rounds)
     finally:
-        engine.dispose()
         stack.drop(args.admin_url, args.database)
+    took = results["load_seconds"]
     print(f"console overview (GET /) over {args.rows:,} events and jobs; load {took} s:")
-    for label, figures in results.items():
+    for label in ("estimated", "exact"):
+        figures = results[label]
         print(f"  {label:<10} p50 {figures['p50_ms']:9.1f} ms  p99 {figures['p99_ms']:9.1f} ms"
               f"  ({figures['rounds']} rounds)")
     ratio = results["exact"]["p50_ms"] / results["estimated"]["p50_ms"]
