@@ -11,7 +11,7 @@ For each: jobs/s from the wake-ups to the last done mark, and the CPU seconds pe
 the worker groups, of the benchmark database's Postgres backends, of the Postgres server's
 own processes (WAL writer, checkpointer: they serve every database on the server) and of
 Redis, with the cores each kept busy on average (CPU seconds / wall seconds) beside the
-whole machine's busy cores (other people's work included). When one group and its database
+whole machine's busy cores (other work included). When one group and its database
 already keep every core busy, a second group finds no core to run on: the ratio two / one
 then measures the machine, and the CPU per job says what a core more would buy.
 

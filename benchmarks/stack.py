@@ -324,7 +324,7 @@ def other_databases(target: Target) -> list[str]:
 
 
 def _postgres_finder(target: Target, exclude: Collection[int]) -> Finder | None:
-    """The postmaster's children, by kind; other databases' backends (other people's work
+    """The postmaster's children, by kind; other databases' backends (other work
     on a shared server) are left out. None when the server is not on this machine."""
     server = postmaster(target)
     if server is None:
@@ -380,7 +380,7 @@ def _redis_finder(broker_url: str) -> Finder | None:
 
 def machine_busy_seconds() -> float:
     """CPU seconds all the machine's cores spent busy (not idle, not waiting on I/O) since
-    boot: everything on the machine, other people's work included."""
+    boot: everything on the machine, other work included."""
     times = psutil.cpu_times()._asdict()
     idle = ("idle", "iowait", "guest", "guest_nice")  # guest time is counted in user/nice
     return float(sum(value for name, value in times.items() if name not in idle))
