@@ -6,10 +6,16 @@ prefetch is full sleeps the same way until an ack makes room: a wake-up waited f
 sleep to end (the latency this saves: benchmarks/results/README.md).
 
 Here every enqueue also PUBLISHes on the queue's channel. One thread per worker process
-listens to the channels; an idle consumer waits for a notice (up to the worker timeout) and
+listens to the channels; an idle consumer waits for a notice (up to IDLE_WAIT_SECONDS) and
 fetches as soon as one arrives. Notices are hints: a lost one (a dropped subscription, a
-publish that failed) costs at most one worker timeout, as before, and the message itself
-is enqueued first, so a consumer that hears the notice finds it.
+publish that failed) costs at most IDLE_WAIT_SECONDS, and the message itself is enqueued
+first, so a consumer that hears the notice finds it. The listener, after it subscribes
+again, wakes every consumer.
+
+An idle consumer that fetched every worker timeout would keep an idle worker busy (a Lua
+script per queue, ten times a second, in every process); it fetches once per
+IDLE_WAIT_SECONDS instead. So does a delay queue's consumer (retries with a backoff):
+a retry's wake-up arrives at most that much after its backoff.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ log = logging.getLogger(__name__)
 
 RESUBSCRIBE_SECONDS = 1.0  # after the subscription failed (Redis down): try again this often
 LISTEN_SECONDS = 1.0  # the longest one read of the subscription waits
+# The longest an idle consumer waits between fetches without a notice (and a delay queue's
+# consumer between polls); also the most a stopping consumer takes to notice it should.
+IDLE_WAIT_SECONDS = 1.0
 
 
 class NoticedRedisBroker(RedisBroker):
@@ -54,7 +63,8 @@ class NoticedRedisBroker(RedisBroker):
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Consumer:
         notice = self._notice(queue_name)
         if notice is None:  # a delay queue (retries with a backoff): polling is fine
-            return super().consume(queue_name, prefetch, timeout)
+            return super().consume(queue_name, prefetch,
+                                   max(timeout, int(IDLE_WAIT_SECONDS * 1000)))
         return _NoticedConsumer(self, queue_name, prefetch, timeout, notice)
 
     def _notice(self, queue_name: str) -> threading.Event | None:
@@ -98,7 +108,7 @@ class NoticedRedisBroker(RedisBroker):
 
 
 class _NoticedConsumer(_RedisConsumer):  # type: ignore[misc]
-    """An idle consumer waits for its queue's notice (or the worker timeout), not a sleep;
+    """An idle consumer waits for its queue's notice (or IDLE_WAIT_SECONDS), not a sleep;
     one whose prefetch is full waits for an ack the same way."""
 
     def __init__(self, broker: NoticedRedisBroker, queue_name: str, prefetch: int,
@@ -119,7 +129,7 @@ class _NoticedConsumer(_RedisConsumer):  # type: ignore[misc]
             if self.message_cache:
                 return super().__next__()
         # Nothing due, or no room until a running message is acked: wait for either.
-        self.notice.wait(self.timeout / 1000)
+        self.notice.wait(max(self.timeout / 1000, IDLE_WAIT_SECONDS))
         return None
 
     def ack(self, message: Any) -> None:

@@ -204,8 +204,9 @@ def web(workers: int | None, threads: int | None, host: str) -> None:
 def worker(processes: int, threads: int) -> None:
     """Dramatiq workers: job processing and outbox dispatch."""
     settings = process_settings()
-    # The longest an idle consumer waits between polls of the broker (ms): the notices
-    # (shared/redis_broker.py) wake it sooner; a lost notice costs at most this.
+    # The longest a worker thread waits for its next message before it looks whether it
+    # should stop (ms); idle consumers wait for the broker's notices
+    # (shared/redis_broker.py IDLE_WAIT_SECONDS).
     os.environ.setdefault("dramatiq_worker_timeout", "100")
     sys.argv = ["dramatiq", "worker.actors", "--processes", str(processes),
                 "--threads", str(threads), "--worker-shutdown-timeout", "30000"]

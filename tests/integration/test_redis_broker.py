@@ -1,5 +1,7 @@
 """shared.redis_broker on a real Redis: a consumer hears a new message (or an ack that makes
-room) at once, where dramatiq's own Redis consumer sleeps between polls, up to its timeout."""
+room) at once, where dramatiq's own Redis consumer sleeps between polls, up to its timeout;
+and an idle consumer, a delay queue's too, fetches about once per IDLE_WAIT_SECONDS, not
+once per worker timeout."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ import dramatiq
 import pytest
 
 from shared import wakeups
-from shared.redis_broker import NoticedRedisBroker
+from shared.redis_broker import IDLE_WAIT_SECONDS, NoticedRedisBroker
 from shared.settings import Settings
 
 TIMEOUT_MS = 10_000  # an idle poll would sleep up to this long
+WORKER_TIMEOUT_MS = 100  # what `webhooks worker` gives Dramatiq (dramatiq_worker_timeout)
 
 
 @pytest.fixture()
@@ -85,3 +88,25 @@ def test_a_consumer_with_no_room_takes_the_next_message_when_one_is_acked(broker
     assert got["at"] - acked_at < 0.25
     consumer.ack(got["message"])
     consumer.close()
+
+
+@pytest.mark.parametrize("queue", [wakeups.JOBS_QUEUE, f"{wakeups.JOBS_QUEUE}.DQ"])
+def test_an_idle_consumer_fetches_once_per_idle_wait(brokers, monkeypatch, queue) -> None:  # type: ignore[no-untyped-def]
+    worker, _ = brokers
+    fetches: list[float] = []
+    fetch = worker.do_fetch
+
+    def counted(queue_name: str, count: int) -> Any:
+        fetches.append(time.monotonic())
+        return fetch(queue_name, count)
+
+    monkeypatch.setattr(worker, "do_fetch", counted)
+    consumer = worker.consume(queue, prefetch=2, timeout=WORKER_TIMEOUT_MS)
+    started = time.monotonic()
+    while time.monotonic() - started < 5 * IDLE_WAIT_SECONDS:
+        assert next(consumer) is None
+    consumer.close()
+    # Past a delay queue's first, growing backoffs: at most one fetch per idle wait, where
+    # one per worker timeout would be ten times as many.
+    settled = [at for at in fetches if at - started >= 2 * IDLE_WAIT_SECONDS]
+    assert 1 <= len(settled) <= 4, fetches
