@@ -203,6 +203,8 @@ def _log_batch(result: BatchResult, started: float) -> None:
             "retried": len(result.retried), "deferred": len(result.deferred),
             "emails_queued": result.emails_queued,
             "seconds": round(time.monotonic() - started, 4)})
+
+
 def _notify(conn: Connection, settings: Settings, applied: Sequence[_Applied],
             result: BatchResult) -> None:
     """Record, last in the transaction (shared/notifications.py: the lock order), what it
