@@ -127,7 +127,7 @@ def drain(target: stack.Target, jobs: int, groups: int, worker_args: tuple[str, 
                  for n in range(1, groups + 1)]
     engine = target.engine()
     try:
-        _wait_ready(target, processes, cgroups or [])
+        wait_ready(target, processes, cgroups or [])
         throttling = [cgroup.stat() for cgroup in cgroups or ()]
         waits = Waits()
         with engine.connect() as conn:
@@ -182,13 +182,13 @@ def drain(target: stack.Target, jobs: int, groups: int, worker_args: tuple[str, 
     }
 
 
-def _wait_ready(target: stack.Target, processes: list[stack.Process],
+def wait_ready(target: stack.Target, processes: list[stack.Process],
                 cgroups: list[quota.Group]) -> None:
     """Every group started (together: one moment for all to settle) and, with cgroups,
     every process of each in its cgroup (the wrapper moved the leader before it forked),
     or the quota would not hold it."""
     for process in processes:
-        scenarios._wait_ready(target.logs / f"{process.name}.log", process, settle=0)
+        scenarios.wait_ready(target.logs / f"{process.name}.log", process, settle=0)
     time.sleep(1)
     for process, cgroup in zip(processes, cgroups, strict=False):
         outside = {proc.pid for proc in process.tree()} - cgroup.pids()

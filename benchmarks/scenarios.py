@@ -157,7 +157,7 @@ def worker(target: stack.Target, plan: Plan) -> dict[str, Any]:
     seed_jobs(target, plan.worker_jobs)
     process = stack.start("worker", ["worker", *plan.worker_args], target)
     try:
-        _wait_ready(target.logs / "worker.log", process)
+        wait_ready(target.logs / "worker.log", process)
         loadavg = stack.load_average()
         cpu_before = process.cpu_seconds()
         started = time.monotonic()
@@ -235,7 +235,7 @@ def _sweep_once(target: stack.Target) -> None:
     engine.dispose()
 
 
-def _wait_ready(log: Path, process: stack.Process, timeout: float = 120,
+def wait_ready(log: Path, process: stack.Process, timeout: float = 120,
                 settle: float = 1) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -332,7 +332,7 @@ def end_to_end(target: stack.Target, plan: Plan) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     worker_process = stack.start("worker-e2e", ["worker", *plan.worker_args], target)
     try:
-        _wait_ready(target.logs / "worker-e2e.log", worker_process)
+        wait_ready(target.logs / "worker-e2e.log", worker_process)
         with _web(target, plan, name="web-e2e") as (base, web):
             load.open_loop(base, 100, plan.warmup_seconds, stack.STRIPE_SECRET)
             for rate in plan.rates:

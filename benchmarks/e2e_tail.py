@@ -1,0 +1,210 @@
+"""`python -m benchmarks.e2e_tail [--runs 4] [--rate 500] [--warmup 1]`: where the end-to-end
+delay's tail comes from, at a steady rate through `webhooks web` and one `webhooks worker`
+group, on a database of its own.
+
+For each run of 10 s it prints the delay's p99 (acknowledgement to the job's done mark,
+as the e2e scenario measures it) and then, for the events over 100 ms: when they were
+acknowledged (seconds from the run's start, a count per 0.1 s), the worker's batches
+beside them (from its "batch committed" lines: how many, jobs per batch, their durations,
+the longest), checkpoints and autovacuum runs during the run, and what the database's
+active backends were waiting on, sampled every 20 ms, in the windows where slow events
+were applied against the rest of the run. `--warmup` sends that many seconds at the same
+rate before each run, so the run does not begin after an idle pause.
+
+Saves to results/history/DATE-COMMIT-e2e-tail.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchmarks import load, report, stack
+from benchmarks.scenarios import wait_applied, wait_ready
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SLOW_MS = 100.0
+SAMPLE_SECONDS = 0.02
+WAITS = sa.text("""
+    SELECT coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '-')
+    FROM pg_stat_activity
+    WHERE datname = :database AND state = 'active' AND pid <> pg_backend_pid()
+""")
+MAINTENANCE = sa.text("""
+    SELECT (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),
+           (SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)
+            FROM pg_stat_user_tables)
+""")
+
+
+class WaitSampler:
+    """The active backends' wait events of one database, every SAMPLE_SECONDS, in a thread."""
+
+    def __init__(self, engine: sa.Engine, database: str) -> None:
+        self.engine, self.database = engine, database
+        self.samples: list[tuple[float, list[str]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> WaitSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        with self.engine.connect() as conn:
+            while not self._stop.is_set():
+                waits = list(conn.execute(WAITS, {"database": self.database}).scalars())
+                conn.rollback()
+                self.samples.append((time.time(), waits))
+                time.sleep(SAMPLE_SECONDS)
+
+
+def _per_sample(samples: list[list[str]]) -> dict[str, float]:
+    counts: collections.Counter[str] = collections.Counter()
+    for waits in samples:
+        counts.update(waits)
+    return {wait: round(count / len(samples), 2) for wait, count in counts.most_common(6)}
+
+
+def _batches(log: Path, started: float, ended: float) -> list[tuple[float, float, int]]:
+    """(seconds from the start, duration, jobs claimed) of each batch the worker logged."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        record = json.loads(line)
+        if record.get("msg") != "batch committed":
+            continue
+        at = datetime.fromisoformat(record["ts"]).timestamp()
+        if started <= at <= ended:
+            found.append((round(at - started, 3), float(record["seconds"]),
+                          int(record["claimed"])))
+    return found
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))] if ordered else 0.0
+
+
+def one_run(target: stack.Target, base: str, admin: sa.Engine, sampler: WaitSampler,
+            rate: int, seconds: float) -> dict[str, Any]:
+    with admin.connect() as conn:
+        checkpoints, autovacuums = conn.execute(MAINTENANCE).one()
+    started = time.time()
+    sent, errors = load.open_loop(base, rate, seconds, stack.STRIPE_SECRET)
+    applied = wait_applied(target, [s.event_id for s in sent], timeout=60)
+    ended = time.time()
+    with admin.connect() as conn:
+        checkpoints_after, autovacuums_after = conn.execute(MAINTENANCE).one()
+    events = [((applied[s.event_id] - s.acked_at) * 1000, s.acked_at - started,
+               applied[s.event_id] - started) for s in sent if s.event_id in applied]
+    slow = [event for event in events if event[0] > SLOW_MS]
+    by_ack: collections.Counter[float] = collections.Counter(round(e[1], 1) for e in slow)
+    # A slow event's job was claimed up to its delay before its done mark: the windows its
+    # batch ran in are the 0.1 s slots of its last 0.2 s.
+    windows = {round(e[2] - back, 1) for e in slow for back in (0.05, 0.15)}
+    inside: list[list[str]] = []
+    outside: list[list[str]] = []
+    for at, waits in sampler.samples:
+        if started <= at <= ended:
+            (inside if round(at - started, 1) in windows else outside).append(waits)
+    batches = _batches(target.logs / "worker-tail.log", started, ended)
+    durations = [batch[1] for batch in batches]
+    return {
+        "rate": rate, "acked": len(sent), "errors": errors, "not_applied": len(sent) - len(events),
+        "delay_p99_ms": round(_percentile([e[0] for e in events], 0.99), 1),
+        "delay_max_ms": round(max((e[0] for e in events), default=0.0), 1),
+        "ack_p99_ms": round(_percentile([s.latency_ms for s in sent], 0.99), 1),
+        "slow_events": len(slow),
+        "slow_by_ack_second": {str(k): v for k, v in sorted(by_ack.items())},
+        "checkpoints": checkpoints_after - checkpoints,
+        "autovacuum_runs": int(autovacuums_after - autovacuums),
+        "batches": len(batches),
+        "jobs_per_batch": round(sum(b[2] for b in batches) / max(len(batches), 1), 2),
+        "batch_seconds_p50": round(_percentile(durations, 0.5), 4),
+        "batch_seconds_p99": round(_percentile(durations, 0.99), 4),
+        "longest_batches": sorted(batches, key=lambda b: -b[1])[:5],
+        "waits_in_slow_windows": _per_sample(inside) if inside else {},
+        "waits_elsewhere": _per_sample(outside) if outside else {},
+        "samples_in_slow_windows": len(inside), "samples_elsewhere": len(outside),
+    }
+
+
+def _print(n: int, run: dict[str, Any]) -> None:
+    print(f"run {n}: delay p99 {run['delay_p99_ms']} ms, max {run['delay_max_ms']}, ack p99 "
+          f"{run['ack_p99_ms']} ms; {run['slow_events']} over {SLOW_MS:g} ms; checkpoints "
+          f"{run['checkpoints']}, autovacuum runs {run['autovacuum_runs']}")
+    print(f"  slow events by acknowledgement (s from the start: count): "
+          f"{run['slow_by_ack_second']}")
+    print(f"  batches {run['batches']}, {run['jobs_per_batch']} jobs each, p50 "
+          f"{run['batch_seconds_p50']} s, p99 {run['batch_seconds_p99']} s; longest (at s, s, "
+          f"jobs): {run['longest_batches'][:3]}")
+    print(f"  backends waiting, per sample, where slow events were applied "
+          f"({run['samples_in_slow_windows']}): {run['waits_in_slow_windows']}")
+    print(f"  elsewhere ({run['samples_elsewhere']}): {run['waits_elsewhere']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.e2e_tail", description=__doc__)
+    parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--rate", type=int, default=500)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--warmup", type=float, default=0,
+                        help="seconds at the same rate before each run")
+    parser.add_argument("--admin-url", default=os.environ.get(
+        "BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/10")
+    args = parser.parse_args(argv)
+    name = "webhooks_bench_e2e_tail"
+    logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-e2e-tail-"))
+    target = stack.prepare(args.admin_url, name, args.broker_url, logs)
+    engine = target.engine()
+    runs = []
+    try:
+        worker = stack.start("worker-tail", ["worker"], target, {"LOG_FORMAT": "json"})
+        try:
+            wait_ready(logs / "worker-tail.log", worker)
+            with stack.web(target, name="web-tail") as (base, _), \
+                    WaitSampler(engine, name) as sampler:
+                load.open_loop(base, 100, 2, stack.STRIPE_SECRET)
+                for n in range(args.runs):
+                    if args.warmup:
+                        load.open_loop(base, args.rate, args.warmup, stack.STRIPE_SECRET)
+                    runs.append(one_run(target, base, engine, sampler, args.rate, args.seconds))
+                    _print(n, runs[-1])
+        finally:
+            stack.stop(worker)
+    finally:
+        engine.dispose()
+        stack.drop(args.admin_url, name)
+    within = sum(run["delay_p99_ms"] <= SLOW_MS for run in runs)
+    print(f"{within} of {len(runs)} runs with a delay p99 within {SLOW_MS:g} ms "
+          f"(load average {stack.load_average()})")
+    results = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "commit": report.code_commit(stack.ROOT),
+               "command": " ".join(["python", "-m", "benchmarks.e2e_tail",
+                                    *(argv if argv is not None else sys.argv[1:])]),
+               "cores": os.cpu_count(), "runs": runs}
+    written = report.save_to_history(results, RESULTS, "e2e-tail")
+    print(f"wrote {', '.join(str(path) for path in written)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
