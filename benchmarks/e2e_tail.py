@@ -33,7 +33,6 @@ import sqlalchemy as sa
 from benchmarks import load, report, stack
 from benchmarks.scenarios import wait_applied, wait_ready
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SLOW_MS = 100.0
 SAMPLE_SECONDS = 0.02
 WAITS = sa.text("""
@@ -196,13 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     within = sum(run["delay_p99_ms"] <= SLOW_MS for run in runs)
     print(f"{within} of {len(runs)} runs with a delay p99 within {SLOW_MS:g} ms "
           f"(load average {stack.load_average()})")
-    results = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               "commit": report.code_commit(stack.ROOT),
-               "command": " ".join(["python", "-m", "benchmarks.e2e_tail",
-                                    *(argv if argv is not None else sys.argv[1:])]),
-               "cores": os.cpu_count(), "runs": runs}
-    written = report.save_to_history(results, RESULTS, "e2e-tail")
-    print(f"wrote {', '.join(str(path) for path in written)}")
+    report.save_tool_run("e2e_tail", argv, "e2e-tail", {"runs": runs})
     return 0
 
 

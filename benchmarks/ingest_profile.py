@@ -39,8 +39,6 @@ from typing import Any
 from benchmarks import report, stack
 from benchmarks.events import signed_delivery
 
-RESULTS = Path(__file__).resolve().parent / "results"
-
 
 def _cpu_ms(calls: list[Callable[[], Any]]) -> float:
     for call in calls[: len(calls) // 10]:  # warm up (prepared statements, caches)
@@ -182,13 +180,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(load average {stack.load_average()}):")
     for stage, value in stages.items():
         print(f"  {stage:40} {value:7.3f} ms  {100 * value / whole:5.1f}%")
-    results = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               "commit": report.code_commit(stack.ROOT),
-               "command": " ".join(["python", "-m", "benchmarks.ingest_profile",
-                                    *(argv if argv is not None else sys.argv[1:])]),
-               "cores": os.cpu_count(), "ms_per_delivery": stages}
-    written = report.save_to_history(results, RESULTS, "ingest-profile")
-    print(f"wrote {', '.join(str(path) for path in written)}")
+    report.save_tool_run("ingest_profile", argv, "ingest-profile", {"ms_per_delivery": stages})
     print(json.dumps(stages))
     return 0
 

@@ -158,6 +158,21 @@ def save_to_history(results: dict[str, Any], folder: Path, what: str = "") -> li
     return save(results, history, free_stem(history, history_stem(results, what)))
 
 
+def save_tool_run(module: str, argv: list[str] | None, what: str,
+                  fields: dict[str, Any]) -> list[Path]:
+    """Save the run of a separate tool (`python -m benchmarks.MODULE ARGV`) to
+    results/history/DATE-COMMIT-WHAT.json: when it started, the code measured, its command
+    line and the machine's cores before its own fields. Prints where it went."""
+    results = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "commit": code_commit(RESULTS.parents[1]),
+               "command": " ".join(["python", "-m", f"benchmarks.{module}",
+                                    *(argv if argv is not None else sys.argv[1:])]),
+               "cores": os.cpu_count(), **fields}
+    written = save_to_history(results, RESULTS, what)
+    print(f"wrote {', '.join(str(path) for path in written)}")
+    return written
+
+
 def retire_latest(folder: Path) -> list[Path]:
     """Move latest.* into history/, named by the date and commit inside latest.json."""
     latest = folder / f"{LATEST}.json"

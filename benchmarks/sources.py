@@ -18,7 +18,6 @@ import logging
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from benchmarks import report, stack
 from benchmarks.events import signed_delivery
 from benchmarks.ingest_profile import _cpu_ms, _wsgi_call
 
-RESULTS = Path(__file__).resolve().parent / "results"
 NAMED = 19
 THIN = f"s{NAMED - 2}"  # the thin destination among the named sources
 
@@ -100,14 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         stack.drop(args.admin_url, name)
     for label, values in found.items():
         print(f"  {label:12} ms per delivery: {', '.join(f'{v:.3f}' for v in values)}")
-    results = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               "commit": report.code_commit(stack.ROOT),
-               "command": " ".join(["python", "-m", "benchmarks.sources",
-                                    *(argv if argv is not None else sys.argv[1:])]),
-               "cores": os.cpu_count(), "load_average": stack.load_average(),
-               "ms_per_delivery": found}
-    written = report.save_to_history(results, RESULTS, "sources")
-    print(f"wrote {', '.join(str(path) for path in written)}")
+    report.save_tool_run("sources", argv, "sources", {"load_average": stack.load_average(),
+                                                      "ms_per_delivery": found})
     print(json.dumps(found))
     return 0
 
