@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import sys
 import tempfile
 import threading
@@ -166,9 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--warmup", type=float, default=0,
                         help="seconds at the same rate before each run")
-    parser.add_argument("--admin-url", default=os.environ.get(
-        "BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
-    parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/10")
+    stack.add_server_options(parser, broker_db=10)
     args = parser.parse_args(argv)
     name = "webhooks_bench_e2e_tail"
     logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-e2e-tail-"))

@@ -164,9 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ingest_profile",
                                      description=__doc__)
     parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--admin-url", default=os.environ.get(
-        "BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
-    parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/9")
+    stack.add_server_options(parser, broker_db=9)
     args = parser.parse_args(argv)
     name = "webhooks_bench_profile"
     logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-profile-"))

@@ -3,6 +3,7 @@ started as `webhooks web` / `webhooks worker`, with their memory and CPU read fr
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -47,6 +48,14 @@ class Target:
         from shared.db import sqlalchemy_url
 
         return sa.create_engine(sqlalchemy_url(self.database_url), pool_size=2)
+
+
+def add_server_options(parser: argparse.ArgumentParser, broker_db: int) -> None:
+    """A separate tool's --admin-url (the Postgres it makes its database beside; default
+    $BENCH_ADMIN_URL) and --broker-url (Redis db `broker_db`, flushed by prepare)."""
+    parser.add_argument("--admin-url", default=os.environ.get(
+        "BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument("--broker-url", default=f"redis://127.0.0.1:6379/{broker_db}")
 
 
 def prepare(admin_url: str, name: str, broker_url: str, logs: Path,

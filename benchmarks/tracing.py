@@ -67,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--admin-url", default=os.environ.get(
-        "BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
-    parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/9")
+    stack.add_server_options(parser, broker_db=9)
     args = parser.parse_args(argv)
     logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-tracing-"))
     name = "webhooks_bench_tracing"
