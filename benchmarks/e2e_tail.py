@@ -30,15 +30,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks import load, report, stack
+from benchmarks.scaleout import Waits
 from benchmarks.scenarios import wait_applied, wait_ready
 
 SLOW_MS = 100.0
 SAMPLE_SECONDS = 0.02
-WAITS = sa.text("""
-    SELECT coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '-')
-    FROM pg_stat_activity
-    WHERE datname = :database AND state = 'active' AND pid <> pg_backend_pid()
-""")
 MAINTENANCE = sa.text("""
     SELECT (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),
            (SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)
@@ -47,11 +43,12 @@ MAINTENANCE = sa.text("""
 
 
 class WaitSampler:
-    """The active backends' wait events of one database, every SAMPLE_SECONDS, in a thread."""
+    """The active backends' wait events of the engine's database (Waits.QUERY), every
+    SAMPLE_SECONDS, in a thread: (time, rows) per sample."""
 
-    def __init__(self, engine: sa.Engine, database: str) -> None:
-        self.engine, self.database = engine, database
-        self.samples: list[tuple[float, list[str]]] = []
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.samples: list[tuple[float, list[tuple[str, int]]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -66,17 +63,10 @@ class WaitSampler:
     def _run(self) -> None:
         with self.engine.connect() as conn:
             while not self._stop.is_set():
-                waits = list(conn.execute(WAITS, {"database": self.database}).scalars())
+                rows = list(conn.execute(Waits.QUERY).tuples())
                 conn.rollback()
-                self.samples.append((time.time(), waits))
+                self.samples.append((time.time(), rows))
                 time.sleep(SAMPLE_SECONDS)
-
-
-def _per_sample(samples: list[list[str]]) -> dict[str, float]:
-    counts: collections.Counter[str] = collections.Counter()
-    for waits in samples:
-        counts.update(waits)
-    return {wait: round(count / len(samples), 2) for wait, count in counts.most_common(6)}
 
 
 def _batches(log: Path, started: float, ended: float) -> list[tuple[float, float, int]]:
@@ -95,20 +85,15 @@ def _batches(log: Path, started: float, ended: float) -> list[tuple[float, float
     return found
 
 
-def _percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * share))] if ordered else 0.0
-
-
-def one_run(target: stack.Target, base: str, admin: sa.Engine, sampler: WaitSampler,
+def one_run(target: stack.Target, base: str, engine: sa.Engine, sampler: WaitSampler,
             rate: int, seconds: float) -> dict[str, Any]:
-    with admin.connect() as conn:
+    with engine.connect() as conn:
         checkpoints, autovacuums = conn.execute(MAINTENANCE).one()
     started = time.time()
     sent, errors = load.open_loop(base, rate, seconds, stack.STRIPE_SECRET)
     applied = wait_applied(target, [s.event_id for s in sent], timeout=60)
     ended = time.time()
-    with admin.connect() as conn:
+    with engine.connect() as conn:
         checkpoints_after, autovacuums_after = conn.execute(MAINTENANCE).one()
     events = [((applied[s.event_id] - s.acked_at) * 1000, s.acked_at - started,
                applied[s.event_id] - started) for s in sent if s.event_id in applied]
@@ -117,30 +102,27 @@ def one_run(target: stack.Target, base: str, admin: sa.Engine, sampler: WaitSamp
     # A slow event's job was claimed up to its delay before its done mark: the windows its
     # batch ran in are the 0.1 s slots of its last 0.2 s.
     windows = {round(e[2] - back, 1) for e in slow for back in (0.05, 0.15)}
-    inside: list[list[str]] = []
-    outside: list[list[str]] = []
-    for at, waits in sampler.samples:
+    inside, outside = Waits(), Waits()
+    for at, rows in sampler.samples:
         if started <= at <= ended:
-            (inside if round(at - started, 1) in windows else outside).append(waits)
+            (inside if round(at - started, 1) in windows else outside).add(rows)
     batches = _batches(target.logs / "worker-tail.log", started, ended)
     durations = [batch[1] for batch in batches]
     return {
         "rate": rate, "acked": len(sent), "errors": errors, "not_applied": len(sent) - len(events),
-        "delay_p99_ms": round(_percentile([e[0] for e in events], 0.99), 1),
+        "delay_p99_ms": round(load.percentile([e[0] for e in events], 99), 1),
         "delay_max_ms": round(max((e[0] for e in events), default=0.0), 1),
-        "ack_p99_ms": round(_percentile([s.latency_ms for s in sent], 0.99), 1),
+        "ack_p99_ms": round(load.percentile([s.latency_ms for s in sent], 99), 1),
         "slow_events": len(slow),
         "slow_by_ack_second": {str(k): v for k, v in sorted(by_ack.items())},
         "checkpoints": checkpoints_after - checkpoints,
         "autovacuum_runs": int(autovacuums_after - autovacuums),
         "batches": len(batches),
         "jobs_per_batch": round(sum(b[2] for b in batches) / max(len(batches), 1), 2),
-        "batch_seconds_p50": round(_percentile(durations, 0.5), 4),
-        "batch_seconds_p99": round(_percentile(durations, 0.99), 4),
+        "batch_seconds_p50": round(load.percentile(durations, 50), 4),
+        "batch_seconds_p99": round(load.percentile(durations, 99), 4),
         "longest_batches": sorted(batches, key=lambda b: -b[1])[:5],
-        "waits_in_slow_windows": _per_sample(inside) if inside else {},
-        "waits_elsewhere": _per_sample(outside) if outside else {},
-        "samples_in_slow_windows": len(inside), "samples_elsewhere": len(outside),
+        "waits_in_slow_windows": inside.summary(), "waits_elsewhere": outside.summary(),
     }
 
 
@@ -153,9 +135,10 @@ def _print(n: int, run: dict[str, Any]) -> None:
     print(f"  batches {run['batches']}, {run['jobs_per_batch']} jobs each, p50 "
           f"{run['batch_seconds_p50']} s, p99 {run['batch_seconds_p99']} s; longest (at s, s, "
           f"jobs): {run['longest_batches'][:3]}")
-    print(f"  backends waiting, per sample, where slow events were applied "
-          f"({run['samples_in_slow_windows']}): {run['waits_in_slow_windows']}")
-    print(f"  elsewhere ({run['samples_elsewhere']}): {run['waits_elsewhere']}")
+    for label, waits in (("where slow events were applied", run["waits_in_slow_windows"]),
+                         ("elsewhere", run["waits_elsewhere"])):
+        print(f"  backends per sample {label} ({waits['samples']} samples): "
+              f"{waits['by_event']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             wait_ready(logs / "worker-tail.log", worker)
             with stack.web(target, name="web-tail") as (base, _), \
-                    WaitSampler(engine, name) as sampler:
+                    WaitSampler(engine) as sampler:
                 load.open_loop(base, 100, 2, stack.STRIPE_SECRET)
                 for n in range(args.runs):
                     if args.warmup:

@@ -231,8 +231,12 @@ class Waits:
         self.totals: dict[str, int] = {}
 
     def sample(self, conn: sa.Connection) -> None:
+        self.add(list(conn.execute(self.QUERY).tuples()))
+
+    def add(self, rows: list[tuple[str, int]]) -> None:
+        """One sample's rows of QUERY (state, backends), read elsewhere."""
         self.samples += 1
-        for state, count in conn.execute(self.QUERY):
+        for state, count in rows:
             self.totals[state] = self.totals.get(state, 0) + int(count)
 
     def summary(self) -> dict[str, Any]:

@@ -61,10 +61,10 @@ class NoticedRedisBroker(RedisBroker):
         return enqueued
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Consumer:
+        timeout = max(timeout, int(IDLE_WAIT_SECONDS * 1000))  # the consumer's longest wait
         notice = self._notice(queue_name)
         if notice is None:  # a delay queue (retries with a backoff): polling is fine
-            return super().consume(queue_name, prefetch,
-                                   max(timeout, int(IDLE_WAIT_SECONDS * 1000)))
+            return super().consume(queue_name, prefetch, timeout)
         return _NoticedConsumer(self, queue_name, prefetch, timeout, notice)
 
     def _notice(self, queue_name: str) -> threading.Event | None:
@@ -129,7 +129,7 @@ class _NoticedConsumer(_RedisConsumer):  # type: ignore[misc]
             if self.message_cache:
                 return super().__next__()
         # Nothing due, or no room until a running message is acked: wait for either.
-        self.notice.wait(max(self.timeout / 1000, IDLE_WAIT_SECONDS))
+        self.notice.wait(self.timeout / 1000)
         return None
 
     def ack(self, message: Any) -> None:

@@ -34,4 +34,4 @@ def test_the_tail_benchmark_reports_delays_batches_and_waits() -> None:
     assert run["acked"] == 50 and run["errors"] == 0 and run["not_applied"] == 0
     assert 0 < run["delay_p99_ms"] <= run["delay_max_ms"]
     assert run["batches"] >= 1 and run["jobs_per_batch"] >= 1
-    assert run["samples_elsewhere"] + run["samples_in_slow_windows"] > 0
+    assert run["waits_elsewhere"]["samples"] + run["waits_in_slow_windows"]["samples"] > 0
