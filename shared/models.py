@@ -136,7 +136,9 @@ webhook_events = Table(
     Column("received_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("received_via", Text, nullable=False, server_default=ReceivedVia.DELIVERY.value),
     # SHA-256 of the body as received, for the providers that do not sign their event ids
-    # (shared.providers.signs_event_id): a body recorded once is a duplicate under any id.
+    # (shared.providers.signs_event_id): a body recorded once under a type is a duplicate
+    # under any id of that type (another type is another event: Shopify's orders/create
+    # and orders/paid carry one body).
     Column("body_sha256", LargeBinary, nullable=True),
     Column("account", Text),
     Column("livemode", Boolean),
@@ -157,7 +159,7 @@ webhook_events = Table(
           postgresql_where=text("account IS NOT NULL")),
     # The listing's order (newest first) and its keyset pagination (shared/events.py).
     Index("ix_webhook_events_received_at_id", "received_at", "id"),
-    Index("ux_webhook_events_body", "provider", "body_sha256", unique=True,
+    Index("ux_webhook_events_body_type", "provider", "body_sha256", "event_type", unique=True,
           postgresql_where=text("body_sha256 IS NOT NULL")),
 )
 

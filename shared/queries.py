@@ -33,15 +33,17 @@ RECONCILE = ReceivedVia.RECONCILE
 # The event and its job in ONE statement, hence one transaction and one round trip (run in
 # autocommit, the statement is the transaction: it returns only once committed).
 # ON CONFLICT DO NOTHING: a concurrent insert of the same (provider, event_id) from any
-# source (for `standard`, the same (provider, source, event_id)), or of the
-# same body for a provider whose ids are not signed (body_sha256, NULL for the others),
-# waits for the other transaction and then inserts nothing, so exactly one delivery
-# creates the event; the job is inserted only from the event row this statement inserted.
+# source (for `standard`, the same (provider, source, event_id)), or of the same body under
+# the same event type for a provider whose ids are not signed (body_sha256, NULL for the
+# others: ux_webhook_events_body_type), waits for the other transaction and then inserts
+# nothing, so exactly one delivery creates the event; the job is inserted only from the
+# event row this statement inserted.
 # No row: a duplicate. The job is held (kept out of the claims' range, shared/pausing.py)
 # when its source is paused as the statement runs: one probe of paused_providers' primary
 # key, a table of one row per pause (empty, nothing paused).
 # Proven by: test_ingest.py::test_twenty_processes_deliver_the_same_event_at_once,
 # test_hostile_input.py::test_a_captured_delivery_resent_with_new_ids_is_a_duplicate,
+# test_hostile_input.py::test_one_body_under_two_types_is_two_events,
 # test_reconcile.py::test_a_delivery_and_a_reconciliation_at_once_make_one_event.
 EventJobInsert = text(f"""
     WITH event AS (
@@ -62,10 +64,10 @@ EventJobInsert = text(f"""
 
 # A duplicate is counted by appending a row (no hot counter row to contend on), and
 # answered with its job's status: one statement. The event it repeats is the one of its
-# id, or else the one of its body (a re-sent body under a new id). Its write also makes
-# its commit wait for a synchronous standby, and the standby confirms WAL in order: so a
-# duplicate of an event whose own commit still waits (it is visible on the primary
-# already) is acknowledged only once the event is replicated too, or answered 503.
+# id, or else the one of its body under its type (a re-sent body under a new id). Its write
+# also makes its commit wait for a synchronous standby, and the standby confirms WAL in
+# order: so a duplicate of an event whose own commit still waits (it is visible on the
+# primary already) is acknowledged only once the event is replicated too, or answered 503.
 # The original is looked up by the dedup key: (provider, event_id), and for `standard`
 # (provider, source, event_id) (:scoped); the duplicate records the source that carried it.
 # Proven by: test_ingest.py::test_duplicate_answers_job_status_and_is_counted,
@@ -79,6 +81,7 @@ DuplicateCount = text("""
         UNION ALL
         (SELECT source, event_id FROM webhook_events
          WHERE provider = :provider AND body_sha256 = :body_sha256
+           AND event_type = :event_type
            AND NOT EXISTS (SELECT 1 FROM webhook_events
                            WHERE provider = :provider AND event_id = :event_id))
         LIMIT 1

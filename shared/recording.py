@@ -23,7 +23,7 @@ class Recorded:
     duplicate: bool
     status: str
     # The event a duplicate repeats: the same id, or for a provider whose ids are not
-    # signed (GitHub, Shopify) possibly another id with the same body.
+    # signed (GitHub, Shopify) possibly another id with the same body and type.
     event_id: str | None = None
 
 
@@ -71,16 +71,18 @@ def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
 def _record(engine: Engine, provider: str, event_id: str, event_type: str,
             payload: bytes, via: ReceivedVia, trace_context: str | None,
             origin: Origin) -> Recorded:
-    # A provider whose signature leaves the id out (GitHub, Shopify): one captured delivery
-    # re-sent under new ids would mint new events, so its body is unique too.
+    # A provider whose signature leaves the id and type out (GitHub, Shopify): one captured
+    # delivery re-sent under new ids would mint new events, so its body is unique too, per
+    # event type (Shopify sends one order's body as orders/create and as orders/paid).
     body_sha256 = None if providers.signs_event_id(provider) else hashlib.sha256(payload).digest()
     key = {"provider": provider, "source": origin.source or provider, "event_id": event_id,
-           "body_sha256": body_sha256, "scoped": sources.dedup_by_source(provider)}
+           "event_type": event_type, "body_sha256": body_sha256,
+           "scoped": sources.dedup_by_source(provider)}
     try:
         # One statement on an autocommit engine is one transaction, committed before
         # fetch_one returns.
         job = db.fetch_one(engine, queries.EventJobInsert, {
-            **key, "event_type": event_type, "payload": payload.decode("utf-8"),
+            **key, "payload": payload.decode("utf-8"),
             "received_via": str(via), "trace_context": trace_context,
             "account": origin.account, "livemode": origin.livemode})
         if job is not None:

@@ -7,12 +7,20 @@ import hmac
 import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from shared.models import EVENT_SEARCH_DOCUMENT
+
+PROVIDER_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "providers"
+
+
+def provider_fixture(provider: str, name: str) -> bytes:
+    """A provider's published payload, as published (tests/fixtures/providers/SOURCES.md)."""
+    return (PROVIDER_FIXTURES / provider / name).read_bytes()
 
 
 def stripe_event(event_type: str, obj: dict[str, Any], *, event_id: str | None = None,

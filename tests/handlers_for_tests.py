@@ -42,3 +42,9 @@ def slow_credit(ctx: JobContext) -> str:
 def poison(ctx: JobContext) -> str:
     """Raises on every attempt: its job fails once JOB_MAX_ATTEMPTS are spent."""
     raise RuntimeError(f"poison event {ctx.event_id}: this handler always fails")
+
+
+@handler("shopify", "orders/create", "orders/paid")
+def order_topic(ctx: JobContext) -> str:
+    """Names the topic it ran for: Shopify's two topics of one order body are two events."""
+    return f"{ctx.event_type} of order {ctx.payload['id']}"

@@ -30,8 +30,8 @@ A Stripe event whose `livemode` its source does not accept (STRIPE_<NAME>_LIVEMO
 done with no effect, before anything else: no fetch, no handler (_refused).
 
 A Stripe thin event's job first fetches what the event announces (worker/thin_events.py),
-just before its handler; a failed fetch is that job's failed attempt, recorded in the
-batch, and the batch carries on without it.
+just before its handler, when a handler names its type; a failed fetch is that job's
+failed attempt, recorded in the batch, and the batch carries on without it.
 
 Every statement that marks a job (done, retry, failed) also writes its event's search
 document (queries.JobMarkDoneMany): an event is searchable by its words once its job has
@@ -294,8 +294,11 @@ def _fetched(conn: Connection, settings: Settings, row: ClaimedJob,
     """The job with what a thin event announces fetched, in the batch, just before its
     handler (worker/thin_events.py bounds the wait); a failed fetch is a failed attempt,
     recorded at once in the batch's transaction (nothing of the job was written), and
-    the job is left out of the batch. Any other job: as claimed."""
-    if row.provider != "stripe" or not thin_events.is_thin(row.payload):
+    the job is left out of the batch. A thin event of a type no handler names has nothing
+    to apply: no fetch (nor API key) is needed, and its job is done with no effect. Any
+    other job: as claimed."""
+    if row.provider != "stripe" or not thin_events.is_thin(row.payload) \
+            or handlers.find(row.provider, row.event_type) is None:
         return row
     try:
         return row._replace(payload=thin_events.fetch(settings, row.source, row.payload))

@@ -1,8 +1,9 @@
 """GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>`.
 
 No timestamp is signed, and neither is the event id, `X-GitHub-Delivery` (which GitHub
-keeps when a delivery is redelivered): a captured delivery re-sent with a new id is caught
-by its body instead (SIGNED_EVENT_ID, shared/recording.py). The legacy SHA-1
+keeps when a delivery is redelivered), nor the type: a captured delivery re-sent with a new
+id is caught by its body under its type instead (SIGNED_EVENT_ID, shared/recording.py). The
+legacy SHA-1
 `X-Hub-Signature` is ignored.
 """
 

@@ -4,7 +4,9 @@ name the same three headers without the `X-` prefix (`Shopify-Hmac-Sha256`, ...)
 request is read in one family, the `X-` one when its signature header is present.
 
 No timestamp is signed, so there is nothing to check for staleness: replays are caught
-by the event id, which Shopify keeps across retries.
+by the event id, which Shopify keeps across retries, and a body re-sent under a new id by
+the body under its topic (SIGNED_EVENT_ID, shared/recording.py). One order's body comes as
+`orders/create` and as `orders/paid`: two events.
 """
 
 from __future__ import annotations

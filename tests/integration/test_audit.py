@@ -132,6 +132,38 @@ def test_the_audit_names_a_missing_ledger_entry(processed: Engine, settings: Set
     assert any(line.startswith("account balances: ") for line in lines(result))
 
 
+def test_the_audit_names_a_double_credit_booked_under_a_second_key(
+        processed: Engine, settings: Settings) -> None:
+    """An invoice credited by its invoice.paid, and credited again by its
+    invoice.payment_succeeded under a key of that handler's own choosing (another kind and
+    reference too), the balance raised to match: the entries are counted by the invoice
+    their events name, not by their keys."""
+    with processed.connect() as conn:
+        key, customer, currency, amount, payload = conn.execute(sa.text("""
+            SELECT l.entry_key, l.customer_id, l.currency, l.amount, e.payload
+            FROM ledger_entries l JOIN webhook_events e USING (provider, event_id)
+            WHERE l.kind = 'invoice' AND e.event_type = 'invoice.paid'
+            ORDER BY l.id LIMIT 1""")).one()
+    invoice = key.removeprefix("invoice:")
+    other = {**payload, "id": "evt_second_carrier", "type": "invoice.payment_succeeded"}
+    insert(processed, "stripe", other["id"], other["type"], other)
+    jobs.process_batch(processed, settings, limit=10)
+    assert audit(settings).exit_code == 0  # its job done, "already credited"
+    execute(processed, """
+        INSERT INTO ledger_entries (customer_id, currency, amount, provider, event_id,
+                                    entry_key, kind, reference)
+        VALUES (:customer, :currency, :amount, 'stripe', :event_id, :key, 'payment', 'pi_x')""",
+            customer=customer, currency=currency, amount=amount, event_id=other["id"],
+            key=f"payment:{other['id']}")
+    execute(processed, "UPDATE accounts SET balance = balance + :amount "
+                       "WHERE customer_id = :customer AND currency = :currency",
+            amount=amount, customer=customer, currency=currency)
+    result = audit(settings)
+    assert (result.exit_code, lines(result)) == (1, [
+        f"invoice credits: invoice {invoice}: paid {amount}, 2 ledger entries of "
+        f"{2 * amount} in total"])
+
+
 def line_amount(result: Result, invoice: str) -> str:
     line = next(line for line in lines(result) if f"invoice {invoice}: paid " in line)
     return line.split(": paid ")[1].split(",")[0]

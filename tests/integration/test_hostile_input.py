@@ -115,7 +115,8 @@ UNSIGNED_IDS = {  # provider: (its signature header, the id header, the type hea
 def test_a_captured_delivery_resent_with_new_ids_is_a_duplicate(  # type: ignore[no-untyped-def]
         settings, clean_db, provider) -> None:
     """GitHub and Shopify sign the body only: one captured delivery re-sent under new ids
-    and types makes no new event or job, and is answered as the original's duplicate."""
+    (its type unchanged) makes no new event or job, and is answered as the original's
+    duplicate."""
     from dataclasses import replace
 
     from shared import providers
@@ -126,13 +127,50 @@ def test_a_captured_delivery_resent_with_new_ids_is_a_duplicate(  # type: ignore
     body = json.dumps({"ref": "refs/heads/main", "after": "c0ffee", "n": provider}).encode()
     signature = providers.get(provider).sign(body, secret, 0)[signature_header]  # type: ignore[union-attr]
     answers = [client.post(f"/webhooks/{provider}", data=body, headers={
-        signature_header: signature, id_header: f"minted-{n}", type_header: f"type-{n}",
+        signature_header: signature, id_header: f"minted-{n}", type_header: "push",
         "Content-Type": "application/json"}) for n in range(5)]
     assert [a.status_code for a in answers] == [200] * 5
     assert [a.json["duplicate"] for a in answers] == [False, True, True, True, True]
     assert {a.json["event_id"] for a in answers} == {"minted-0"}
     assert _count(clean_db, "webhook_events") == 1 and _count(clean_db, "jobs") == 1
     assert _count(clean_db, "webhook_duplicates") == 4
+
+
+def test_one_body_under_two_types_is_two_events(settings, clean_db) -> None:  # type: ignore[no-untyped-def]
+    """Shopify sends one order as orders/create and orders/paid, byte for byte the same
+    body (its SDK's order fixture here): two events, each job run by its own handler. A
+    third delivery of that body under a new id and one of the two topics is a duplicate."""
+    from dataclasses import replace
+
+    from shared import providers
+    from tests import handlers_for_tests  # noqa: F401 (its orders/* handler)
+
+    handlers.load(settings)
+    secret = "shopify-topics-secret"
+    client = create_app(replace(settings, secrets={"shopify": (secret,)})).test_client()
+    body = json.dumps(json.loads(factories.provider_fixture("shopify", "order.json"))["order"]
+                      ).encode()
+    signature = providers.get("shopify").sign(body, secret, 0)["X-Shopify-Hmac-Sha256"]  # type: ignore[union-attr]
+
+    def deliver(webhook_id: str, topic: str):  # type: ignore[no-untyped-def]
+        return client.post("/webhooks/shopify", data=body, headers={
+            "X-Shopify-Hmac-Sha256": signature, "X-Shopify-Webhook-Id": webhook_id,
+            "X-Shopify-Topic": topic, "Content-Type": "application/json"})
+
+    created, paid = deliver("wh-create", "orders/create"), deliver("wh-paid", "orders/paid")
+    assert (created.status_code, paid.status_code) == (200, 200)
+    assert (created.json["duplicate"], paid.json["duplicate"]) == (False, False)
+    assert paid.json["event_id"] == "wh-paid"
+    again = deliver("wh-minted", "orders/paid")
+    assert again.json["duplicate"] is True and again.json["event_id"] == "wh-paid"
+    assert _count(clean_db, "webhook_events") == 2 and _count(clean_db, "jobs") == 2
+    jobs.process_batch(clean_db, settings, limit=10)
+    with clean_db.connect() as conn:
+        outcomes = dict(conn.execute(sa.text(
+            "SELECT event_type, outcome FROM jobs WHERE status = 'done'")).all())
+    order_id = json.loads(body)["id"]
+    assert outcomes == {"orders/create": f"orders/create of order {order_id}",
+                        "orders/paid": f"orders/paid of order {order_id}"}
 
 
 def test_metric_labels_take_only_event_types_a_handler_names(settings, clean_db) -> None:  # type: ignore[no-untyped-def]

@@ -377,3 +377,26 @@ def test_a_thin_event_at_a_snapshot_source_without_an_api_key_fails_saying_why(
     assert "needs its API key" in error
     assert rows(clean_db, "SELECT count(*) FROM ledger_entries") == [(0,)]
     assert fake.state.stripe_headers == []
+
+
+def test_a_thin_event_no_handler_names_is_done_with_no_fetch_at_any_source(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings) -> None:
+    """A thin event of a type no handler names (a meter's error report) has nothing to
+    apply: its job is done with no effect and fetches nothing, at the default source without
+    an API key as at one with a key. Only a type some handler names needs the fetch."""
+    keyless = Settings.from_env({"DATABASE_URL": thin_settings.database_url or "",
+                                 "BROKER_URL": thin_settings.broker_url or "",
+                                 "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET,
+                                 "STRIPE_API_BASE": fake.url, "JOB_MAX_ATTEMPTS": "5"})
+    for config, event_id in ((keyless, "evt_meter_keyless"), (thin_settings, "evt_meter_key")):
+        full = provider_events.stripe_thin_event(
+            "v1.billing.meter.error_report_triggered", {"id": "mtr_1", "object": "billing.meter"},
+            event_id=event_id, created=NOW)
+        full["related_object"]["url"] = "/v1/billing/meters/mtr_1"
+        body = json.dumps(provider_events.thin_payload(full)).encode()
+        assert deliver(config, "/webhooks/stripe", body, STRIPE_SECRET).status_code == 200
+        jobs.process_batch(clean_db, config)
+    assert rows(clean_db, "SELECT event_id, status, outcome, last_error FROM jobs ORDER BY id") \
+        == [("evt_meter_keyless", "done", "no handler", None),
+            ("evt_meter_key", "done", "no handler", None)]
+    assert fake.state.stripe_headers == []

@@ -25,7 +25,6 @@ import hmac
 import json
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 import stripe
@@ -39,13 +38,9 @@ from shared.errors import InvalidPayload, InvalidSignature
 from shared.providers import get
 from shared.providers.base import Delivery
 from shared.sources import Source
+from tests.factories import provider_fixture
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
 TOLERANCE = 300
-
-
-def _fixture(provider: str, name: str) -> bytes:
-    return (FIXTURES / provider / name).read_bytes()
 
 
 def _verify(provider: str, body: bytes, headers: Headers, secret: str, now: float) -> Delivery:
@@ -94,7 +89,7 @@ STRIPE_EVENTS = [
 def test_stripe_event_signed_by_the_stripe_library(
     name: str, event_id: str, event_type: str
 ) -> None:
-    body = _fixture("stripe", name)
+    body = provider_fixture("stripe", name)
     now = int(time.time())
     signature = stripe.WebhookSignature.generate_signature_header(
         body.decode("utf-8"), STRIPE_SECRET, timestamp=now
@@ -109,7 +104,7 @@ def test_stripe_event_signed_by_the_stripe_library(
 
 def test_stripe_event_signed_during_a_secret_roll() -> None:
     # While an endpoint secret is rolled Stripe sends one v1 per active secret.
-    body = _fixture("stripe", "invoice.paid.json")
+    body = provider_fixture("stripe", "invoice.paid.json")
     now = int(time.time())
     text = body.decode("utf-8")
     old = stripe.WebhookSignature.generate_signature_header(text, "whsec_old", timestamp=now)
@@ -131,7 +126,7 @@ def test_stripe_event_signed_during_a_secret_roll() -> None:
 )
 def test_stripe_guest_charge_fixtures_are_charges_without_a_customer(name: str) -> None:
     # For the charge.refunded handler's guest case: Stripe's published charges, no customer.
-    charge = json.loads(_fixture("stripe", name))["data"]["object"]
+    charge = json.loads(provider_fixture("stripe", name))["data"]["object"]
     assert charge["object"] == "charge"
     assert charge["id"].startswith("ch_")
     assert charge["customer"] is None
@@ -158,7 +153,7 @@ PADDLE_DELIVERIES = [
 
 
 def _paddle_body(name: str) -> bytes:
-    raw = _fixture("paddle", name)
+    raw = provider_fixture("paddle", name)
     assert raw.endswith(b"\n")
     return raw.removesuffix(b"\n")
 
@@ -199,7 +194,7 @@ def _shopify_hmac(secret: str, body: bytes) -> str:
 
 
 def test_shopify_sdk_test_vector() -> None:
-    body = _fixture("shopify", "shopify-api.validate_test.raw_body.json")
+    body = provider_fixture("shopify", "shopify-api.validate_test.raw_body.json")
     headers = Headers(
         {
             "X-Shopify-API-Version": "2023-01",
@@ -224,7 +219,7 @@ SHOPIFY_DELIVERIES = [
 def test_shopify_resource_signed_per_shopify_documentation(
     name: str, topic: str, webhook_id: str, lowercase: bool
 ) -> None:
-    body = _fixture("shopify", name)
+    body = provider_fixture("shopify", name)
     sent = {
         "Content-Type": "application/json",
         "X-Shopify-Topic": topic,
@@ -244,7 +239,7 @@ def test_shopify_resource_signed_per_shopify_documentation(
 def test_shopify_events_delivery_with_both_header_formats() -> None:
     # Shopify's SDK tests build Events deliveries with the X-Shopify-* headers and the newer
     # shopify-* ones side by side (shopify-app-js webhooks/__tests__/utils.ts).
-    body = _fixture("shopify", "product.json")
+    body = provider_fixture("shopify", "product.json")
     digest = _shopify_hmac(SHOPIFY_SECRET, body)
     headers = Headers(
         {
@@ -267,7 +262,7 @@ def test_shopify_events_delivery_with_both_header_formats() -> None:
 
 def test_shopify_events_delivery_with_only_the_unprefixed_headers() -> None:
     # shopify-api-ruby 16.2 accepts an Events delivery that carries only shopify-* headers.
-    body = _fixture("shopify", "product.json")
+    body = provider_fixture("shopify", "product.json")
     headers = Headers({
         "shopify-hmac-sha256": _shopify_hmac(SHOPIFY_SECRET, body),
         "shopify-topic": "products/update",
@@ -316,7 +311,7 @@ GITHUB_DELIVERIES = [
 def test_github_payload_example_signed_per_github_documentation(
     name: str, event: str, delivery_id: str
 ) -> None:
-    body = _fixture("github", name)
+    body = provider_fixture("github", name)
     secret = "gh-webhook-secret"
     sha1 = hmac.new(secret.encode(), body, "sha1").hexdigest()
     headers = Headers(
@@ -370,7 +365,7 @@ def _slack_headers(body: bytes, now: int) -> Headers:
 def test_slack_documented_signing_vector() -> None:
     # Slack's documented example is a slash command (form-encoded): the signature passes
     # and the body is then refused as not an Events API payload.
-    body = _fixture("slack", "signing_docs_example.txt")
+    body = provider_fixture("slack", "signing_docs_example.txt")
     headers = Headers(
         {
             "X-Slack-Request-Timestamp": "1531420618",
@@ -406,7 +401,7 @@ def _events_api_body(envelope: bytes) -> bytes:
     ],
 )
 def test_slack_event_callback_signed_by_slack_sdk(name: str, event_type: str) -> None:
-    body = _events_api_body(_fixture("slack", name))
+    body = _events_api_body(provider_fixture("slack", name))
     now = 1_610_241_742
     delivery = _verify("slack", body, _slack_headers(body, now), SLACK_SECRET, now)
     assert (delivery.event_id, delivery.event_type) == ("Ev111", event_type)
@@ -414,7 +409,7 @@ def test_slack_event_callback_signed_by_slack_sdk(name: str, event_type: str) ->
 
 
 def test_slack_url_verification_signed_by_slack_sdk() -> None:
-    body = _fixture("slack", "url_challenge.json")
+    body = provider_fixture("slack", "url_challenge.json")
     now = int(time.time())
     delivery = _verify("slack", body, _slack_headers(body, now), SLACK_SECRET, now)
     assert delivery.reply == {"challenge": "valid_challenge_token"}
@@ -424,7 +419,7 @@ def test_slack_url_verification_signed_by_slack_sdk() -> None:
 def test_slack_legacy_sample_without_event_id_is_refused_as_payload() -> None:
     # python-slack-events-api's reaction_added sample predates Slack's event_id field: its
     # signature is valid, and without an event id it cannot be recorded (a 400).
-    body = _fixture("slack", "reaction_added.json")
+    body = provider_fixture("slack", "reaction_added.json")
     now = int(time.time())
     with pytest.raises(InvalidPayload):
         _verify("slack", body, _slack_headers(body, now), SLACK_SECRET, now)
@@ -445,7 +440,7 @@ SVIX_DELIVERIES = [
 def test_svix_documented_test_vector_with_svix_headers() -> None:
     # svix-webhooks python/tests/test_webhooks.py test_sign_function: the library's output
     # for this id, timestamp and payload under this key.
-    body = _fixture("standard", "svix.test_webhooks.default_payload.json")
+    body = provider_fixture("standard", "svix.test_webhooks.default_payload.json")
     secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
     headers = Headers(
         {
@@ -477,7 +472,7 @@ def _svix_headers(body: bytes, message_id: str, now: int) -> Headers:
 def test_clerk_and_resend_signed_by_svix_with_svix_headers(
     name: str, message_id: str, event_type: str
 ) -> None:
-    body = _fixture("standard", name)
+    body = provider_fixture("standard", name)
     now = int(time.time())
     delivery = _verify("standard", body, _svix_headers(body, message_id, now), CLERK_SECRET, now)
     assert (delivery.event_id, delivery.event_type) == (message_id, event_type)
@@ -487,7 +482,7 @@ def test_clerk_and_resend_signed_by_svix_with_svix_headers(
 def test_clerk_and_resend_signed_by_standardwebhooks_with_webhook_headers(
     name: str, message_id: str, event_type: str
 ) -> None:
-    body = _fixture("standard", name)
+    body = provider_fixture("standard", name)
     now = int(time.time())
     signed_at = datetime.fromtimestamp(now, tz=UTC)
     signature = StandardWebhook(CLERK_SECRET).sign(message_id, signed_at, body.decode("utf-8"))
@@ -504,7 +499,7 @@ def test_clerk_and_resend_signed_by_standardwebhooks_with_webhook_headers(
 
 
 def test_svix_headers_in_the_case_a_proxy_may_give_them() -> None:
-    body = _fixture("standard", "clerk.user.created.json")
+    body = provider_fixture("standard", "clerk.user.created.json")
     now = int(time.time())
     sent = _svix_headers(body, "msg_29w83sxmDNGwOuEthce5gg56FcC", now)
     headers = Headers({key.title(): value for key, value in sent.items()})  # Svix-Id, ...
