@@ -32,6 +32,10 @@ def create_app(settings: Settings | None = None, *, threads: int | None = None) 
     # Every configured source by its label, the path after /webhooks/: looked up per
     # delivery, built once.
     app.extensions["sources"] = {source.label: source for source in settings.sources}
+    # /metrics from the start (SPEC "Observability"): the ingest's counters at 0 for every
+    # configured source, and what the database gauges show before the tables hold a row.
+    webhooks.count_from_start(list(settings.sources))
+    app.extensions["configured"] = health.configured(settings)
     # The client's address, as the app sees it in REMOTE_ADDR; ingest.front asks it of a
     # request's headers before the app runs.
     app.extensions["client_address"] = _client_address(settings.trusted_proxies)

@@ -7,13 +7,15 @@ import math
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
-from shared import metrics, overview, pausing, providers, queries
+from shared import audit, metrics, overview, pausing, providers, queries, reconciliation
 from shared.models import SWEEP_HEARTBEAT, EmailStatus, JobStatus, NotificationStatus
+from shared.settings import Settings
 from shared.sources import Source
 
 log = logging.getLogger(__name__)
@@ -38,10 +40,31 @@ def readyz() -> tuple[Response, int]:
 @blueprint.get("/metrics")
 def metrics_text() -> Response:
     _database_gauges().refresh(current_app.extensions["engine"],
-                               list(current_app.extensions["sources"].values()))
+                               current_app.extensions["configured"])
     settings = current_app.extensions["settings"]
     body, content_type = metrics.render(settings.prometheus_multiproc_dir)
     return Response(body, content_type=content_type)
+
+
+@dataclass(frozen=True)
+class Configured:
+    """What the gauges show a series of from the first read, before the tables hold a row
+    of it (SPEC "Observability": no rule or panel reads a name that is not there): the
+    configured sources, the providers the clock reconciles (those with API credentials,
+    `reconciliation.configured`), the core's audit checks (`audit.checks`; an app's appear
+    with the clock's first audit: the web loads no handler module). Found once, at the
+    app's start."""
+
+    sources: tuple[Source, ...]
+    reconciled: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+
+
+def configured(settings: Settings) -> Configured:
+    return Configured(
+        tuple(settings.sources),
+        tuple(dict.fromkeys(source.provider for source in reconciliation.configured(settings))),
+        tuple(dict.fromkeys(name for name, _ in audit.checks(None, audit.DEFAULT_STALE))))
 
 
 CACHE_SECONDS = 5.0  # the database is read at most this often per server process
@@ -60,7 +83,7 @@ class DatabaseGauges:
         self._lock = threading.Lock()
         self._read_at = -math.inf
 
-    def refresh(self, engine: sa.Engine, configured: Sequence[Source]) -> None:
+    def refresh(self, engine: sa.Engine, configured: Configured) -> None:
         with self._lock:
             if time.monotonic() - self._read_at < CACHE_SECONDS:
                 return
@@ -92,14 +115,14 @@ def _set_paused(pauses: list[pausing.Pause], keys: set[tuple[str, str]]) -> None
             1 if pausing.is_paused(pauses, provider, source) else 0)
 
 
-def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
+def _read_gauges(conn: sa.Connection, configured: Configured) -> None:
     """Queue depth, jobs, emails, the oldest due job, paused providers, reconciliation,
     failovers and the last audit, read from the tables (the truth). Every statement uses
     an index or the statistics except the exact counts, which run only while the tables
     are small (shared/queries.py)."""
     jobs_due = conn.execute(queries.JobCountDue).scalar_one()
     emails_due = conn.execute(queries.OutboxCountDue).scalar_one()
-    reconciliation = conn.execute(queries.ReconcileRunState).all()
+    reconciled = conn.execute(queries.ReconcileRunState).all()
     pauses = pausing.paused(conn)
     failovers = conn.execute(queries.MetricsFailovers).scalar_one()
     rows = {row.relname: float(row.reltuples)
@@ -123,17 +146,12 @@ def _read_gauges(conn: sa.Connection, configured: Sequence[Source]) -> None:
             metrics.jobs.labels(provider, status).set(job_counts.get((provider, status), 0))
     for status in EMAIL_STATUSES:
         metrics.emails.labels(status).set(email_counts.get(status, 0))
-    keys = _source_keys(configured) | set(oldest)
+    keys = _source_keys(configured.sources) | set(oldest)
     for key in sorted(keys):
         metrics.oldest_due_job_age.labels(*key).set(max(oldest.get(key, 0.0), 0.0))
     _set_paused(pauses, keys)
-    for row in reconciliation:
-        metrics.reconcile_runs.labels(row.provider).set(row.runs)
-        metrics.reconcile_failures.labels(row.provider).set(row.failures)
-        metrics.reconciled_events.labels(row.provider).set(row.found)
-        if row.last_success is not None:
-            metrics.reconcile_last_success.labels(row.provider).set(float(row.last_success))
-    _set_audit(audited)
+    _set_reconciliation(reconciled, configured.reconciled)
+    _set_audit(audited, configured.checks)
     for status in NotificationStatus:
         metrics.notifications.labels(status).set(notified.get(status, 0))
     _set_clock(heartbeats, reconcile_ages)
@@ -156,10 +174,25 @@ def _set_clock(heartbeats: Sequence[sa.Row[Any]], reconcile_ages: Sequence[sa.Ro
         metrics.reconcile_last_success_age.labels(*key).set(ages.get(key, 0.0))
 
 
-def _set_audit(rows: Sequence[sa.Row[Any]]) -> None:
-    """The clock's last audit: each check's count, and when it ran (none before the first)."""
-    for row in rows:
-        metrics.audit_violations.labels(row.check_name).set(row.violations)
+def _set_reconciliation(rows: Sequence[sa.Row[Any]], reconciled: Sequence[str]) -> None:
+    """Each provider's runs, failures and events found: 0 for a provider the clock
+    reconciles before its first run; the last success's time only after one."""
+    found = {row.provider: row for row in rows}
+    for provider in sorted(set(reconciled) | set(found)):
+        row = found.get(provider)
+        metrics.reconcile_runs.labels(provider).set(row.runs if row else 0)
+        metrics.reconcile_failures.labels(provider).set(row.failures if row else 0)
+        metrics.reconciled_events.labels(provider).set(row.found if row else 0)
+        if row is not None and row.last_success is not None:
+            metrics.reconcile_last_success.labels(provider).set(float(row.last_success))
+
+
+def _set_audit(rows: Sequence[sa.Row[Any]], checks: Sequence[str]) -> None:
+    """The clock's last audit: each check's count, 0 for a check it has not run yet (none
+    ran before the first audit), and when it ran (none before the first)."""
+    counts = {row.check_name: row.violations for row in rows}
+    for check in dict.fromkeys([*checks, *counts]):
+        metrics.audit_violations.labels(check).set(counts.get(check, 0))
     if rows:
         metrics.audit_last_run.set(max(float(row.ran_at) for row in rows))
 

@@ -41,6 +41,37 @@ PATH_PREFIX = "/webhooks/"
 RETRY_AFTER_SECONDS = "5"
 
 
+def _kinds(kind: type[RejectedDelivery]) -> list[type[RejectedDelivery]]:
+    return [found for sub in kind.__subclasses__() for found in (sub, *_kinds(sub))]
+
+
+# The reasons webhooks_deliveries_rejected_total counts by: each kind of refusal's
+# (shared/errors.py, a RejectedDelivery), then a 503's (`_refusal_reason`).
+DATABASE, INTERNAL = "database", "internal"
+REASONS = tuple(dict.fromkeys([*(kind.reason for kind in _kinds(RejectedDelivery)),
+                               DATABASE, INTERNAL]))
+
+
+def count_from_start(configured: list[Source]) -> None:
+    """The ingest's counters at 0, from a server process's start, for what is configured
+    (SPEC "Observability": a rule reads a series before anything has happened to it): each
+    source's deliveries, duplicates and refusals by every reason (but not_configured: a
+    path no source is configured at counts as source `unknown`, `_labels`), its secrets by
+    position, and its provider's ack latency. In a multiprocess folder a labelled family
+    none of the processes has a series of shows no sample at all (shared/metrics.py
+    `render`)."""
+    reasons = [reason for reason in REASONS if reason != ProviderNotConfigured.reason]
+    for source in configured:
+        labels = (source.provider, source.name)
+        metrics.deliveries_received.labels(*labels)
+        metrics.deliveries_duplicate.labels(*labels)
+        for reason in reasons:
+            metrics.deliveries_rejected.labels(*labels, reason)
+        for position in range(1, len(source.secrets) + 1):
+            metrics.signature_verified.labels(*labels, str(position))
+        metrics.ack_latency.labels(source.provider)
+
+
 @blueprint.post(f"{PATH_PREFIX}<provider>")
 @blueprint.post(f"{PATH_PREFIX}<provider>/<source>")
 def receive(provider: str, source: str | None = None) -> tuple[Response, int] | Response:
@@ -65,7 +96,7 @@ def receive(provider: str, source: str | None = None) -> tuple[Response, int] | 
             close_connection(response)
         return response, error.status
     except DatabaseUnavailable as error:
-        metrics.deliveries_rejected.labels(*labels, "database").inc()
+        metrics.deliveries_rejected.labels(*labels, DATABASE).inc()
         log.error("database unavailable, answered 503", extra={"provider": labels[0],
                                                               "error": str(error)})
         response = jsonify({"error": "database unavailable"})
@@ -98,10 +129,10 @@ def _refusal_reason(error: BaseException | None) -> str:
     seen = 0
     while error is not None and seen < 10:
         if isinstance(error, DatabaseUnavailable | sa.exc.SQLAlchemyError | psycopg.Error):
-            return "database"
+            return DATABASE
         error = error.__cause__ or error.__context__
         seen += 1
-    return "internal"
+    return INTERNAL
 
 
 def provider_of(path: str) -> tuple[str, str] | None:

@@ -18,6 +18,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 # The ingest's counters carry `source`, the source's name (the provider's for its default
 # source): its values are the configured sources (shared/sources.py) and "unknown", so a
@@ -156,11 +158,35 @@ oldest_due_job_age = Gauge(
 )
 
 
+# Every family declared above: on /metrics from a process's start, samples or not.
+DECLARED: tuple[Counter | Gauge | Histogram, ...] = tuple(
+    value for value in list(globals().values()) if isinstance(value, Counter | Gauge | Histogram))
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
 def render(multiprocess_dir: Path | None) -> tuple[bytes, str]:
     """The exposition text for /metrics, aggregated over the processes that share
-    multiprocess_dir (PROMETHEUS_MULTIPROC_DIR) when there is one."""
-    if multiprocess_dir is not None:
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(), CONTENT_TYPE_LATEST
+    multiprocess_dir (PROMETHEUS_MULTIPROC_DIR) when there is one.
+
+    Every family in DECLARED is there from the start (SPEC "Observability": no rule or
+    panel reads a name that is not there), its samples those the processes wrote. Without
+    the folder the registry shows them all (a labelled family with no series: its HELP and
+    TYPE). With it, the MultiProcessCollector shows only what some process wrote to its
+    files, so a family none has written yet gets its HELP and TYPE here; the series a
+    process knows from its configuration it creates at its start (ingest/app.py)."""
+    if multiprocess_dir is None:
+        return generate_latest(), CONTENT_TYPE_LATEST
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    written = list(registry.collect())
+    shown = {family.name for family in written}
+    unwritten = [family for metric in DECLARED for family in metric.describe()
+                 if family.name not in shown]
+    return generate_latest(_Families(written + unwritten)), CONTENT_TYPE_LATEST
