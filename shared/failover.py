@@ -13,7 +13,10 @@ gone. Two things bring it back, for RECONCILE_AFTER_FAILOVER_HOURS after the fai
   and Postmark may already have its message.
 
 The clock records each timeline the first time it sees it (record_timeline, under its
-sweep's lock). The first one recorded is the start, not a failover. Everything is derived
+sweep's lock). The first one recorded is the start, not a failover. The dispatcher does
+not wait for that: it searches from the promotion on (search_first_sends), as soon as
+its own connection writes on a timeline with no row yet, and until the window after the
+latest recorded failover ends; it records nothing itself. Everything else is derived
 from the recorded rows, so a restarted clock, or another one, carries on: the window
 starts at the latest failover's first sight, and a source's after-failover run is
 marked done only when it succeeded (failover_reconciles, one row per source: a Connect
@@ -82,6 +85,16 @@ def latest(conn: Connection) -> Failover | None:
 def in_window(age_seconds: float | None, hours: float) -> bool:
     """Whether a failover age_seconds ago (None: none recorded) is within the window."""
     return age_seconds is not None and age_seconds < hours * 3600
+
+
+def search_first_sends(conn: Connection, hours: float) -> bool:
+    """Whether the outbox must search Postmark before first sends, read in conn's
+    transaction (one statement): the server conn writes on has a timeline no clock has
+    recorded yet (a promotion the next sweep will record, or nothing recorded: it cannot
+    tell), or the latest recorded failover is within the window of `hours`."""
+    row = conn.execute(queries.TimelineOutboxSearch).one()
+    return bool(row.unrecorded) or in_window(
+        None if row.failover_age is None else float(row.failover_age), hours)
 
 
 def reconciles_due(engine: Engine, sources: Iterable[tuple[str, str]],

@@ -562,23 +562,44 @@ MetricsReconcileSourceAges = text("""
 # row; the caller holds ClockTryLock, so one clock records (the first row's failover =
 # false is decided by one writer). RETURNING: the new timeline, if this is its first sight.
 # Proven by: test_failover.py::test_a_new_timeline_is_a_failover_recorded_once.
-TimelineRecord = text("""
+CURRENT_TIMELINE = ("CAST(CAST('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8)"
+                    " AS bit(32)) AS bigint)")
+TimelineRecord = text(f"""
     INSERT INTO database_timelines (timeline_id, failover)
-    SELECT CAST(CAST('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS bit(32))
-                AS bigint),
+    SELECT {CURRENT_TIMELINE},
            EXISTS (SELECT 1 FROM database_timelines)
     ON CONFLICT (timeline_id) DO NOTHING
     RETURNING timeline_id, failover, first_seen_at
 """)
 
 # The latest failover (if any) and its age in seconds by the server's clock: where the
-# after-failover window starts, for the clock and the outbox dispatcher alike.
-# Proven by: test_failover.py::test_within_the_window_every_first_send_is_searched_first,
-# ::test_after_the_window_first_sends_are_not_searched, ::test_no_reconciliation_after_the_window.
+# clock's after-failover window starts.
+# Proven by: test_failover.py::test_no_reconciliation_after_the_window,
+# ::test_the_clock_reconciles_the_window_before_a_failover_once.
 TimelineLatestFailover = text("""
     SELECT timeline_id, first_seen_at, extract(epoch FROM now() - first_seen_at) AS age
     FROM database_timelines WHERE failover
     ORDER BY first_seen_at DESC LIMIT 1
+""")
+
+# For the outbox dispatcher, in each claim's transaction (worker/outbox.py): whether the
+# timeline this connection's server writes on has no row yet, and the latest recorded
+# failover's age (null: none). No row for it: a promoted standby that no sweep has seen
+# yet (the next one records it as a failover), or nothing recorded at all (a new database,
+# or one whose first row was lost with the old primary: it cannot tell), so the dispatcher
+# searches from the promotion on, not from the clock's next sweep. It records nothing:
+# the clock does, under ClockTryLock, with its notification. Compared by identity, as
+# TimelineRecord's ON CONFLICT does, not with the latest row: no server's clock orders
+# the rows. One primary-key probe and one scan of a handful of rows, per claimed batch.
+# Proven by: test_failover.py::test_a_timeline_not_recorded_yet_is_searched_before_the_sweep,
+# ::test_within_the_window_every_first_send_is_searched_first,
+# ::test_after_the_window_first_sends_are_not_searched,
+# tests/acceptance/test_failover.py::test_no_receipt_twice_before_the_clock_sweeps.
+TimelineOutboxSearch = text(f"""
+    SELECT NOT EXISTS (SELECT 1 FROM database_timelines
+                       WHERE timeline_id = {CURRENT_TIMELINE}) AS unrecorded,
+           (SELECT extract(epoch FROM now() - max(first_seen_at)) FROM database_timelines
+            WHERE failover) AS failover_age
 """)
 
 # The providers reconciled over the whole window after that failover.

@@ -20,7 +20,12 @@ the job that queued it, applied again) back at attempt 1, while Postmark has the
 So for RECONCILE_AFTER_FAILOVER_HOURS after the latest failover every claimed row is
 searched before it is sent. The dispatcher learns of a failover in the claim's own
 transaction, one small statement per claimed batch (never one per email): a failover
-recorded while a batch is in flight is seen by the next claim.
+recorded while a batch is in flight is seen by the next claim. It does not wait for the
+clock to record the failover: the same statement compares the timeline the claim's own
+connection writes on with the recorded ones, and one with no row yet (a promoted standby
+that no sweep has seen, or nothing recorded at all) is searched too
+(failover.search_first_sends). A claim on the new primary sees its new timeline: no
+first send is blind between the promotion and the clock's next sweep.
 
 A wake-up message (worker/actors.py) runs `on_wakeup`: the process's one dispatch loop
 (OneDispatchPerProcess), round after round of `dispatch_due` while emails are due. A job
@@ -119,12 +124,12 @@ def dispatch_due(engine: Engine, settings: Settings, limit: int = wakeups.EMAILS
 
 def _claim(engine: Engine, limit: int, window_hours: float) -> tuple[list[ClaimedEmail], bool]:
     """The claimed rows, and whether each must be searched for before its first send (a
-    failover within the window: the module's docstring)."""
+    timeline not recorded yet, or a failover within the window: the module's
+    docstring)."""
     with db.transaction(engine) as conn:
         rows = db.fetch_all_in(conn, queries.OutboxClaimDue,
                                {"limit": limit, "lease": LEASE_SECONDS}, ClaimedEmail)
-        latest = failover.latest(conn) if rows else None
-    search_all = failover.in_window(latest.age_seconds if latest else None, window_hours)
+        search_all = bool(rows) and failover.search_first_sends(conn, window_hours)
     return sorted(rows, key=lambda row: row.id), search_all
 
 

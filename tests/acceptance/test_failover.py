@@ -41,6 +41,7 @@ import requests
 import sqlalchemy as sa
 
 from shared.db import sqlalchemy_url
+from shared.models import SWEEP_HEARTBEAT
 from tests.acceptance import checks, replication, senders
 from tests.acceptance.harness import System, wait_for
 from tests.acceptance.replication import ReplicatedPostgres
@@ -204,6 +205,86 @@ def test_events_lost_with_an_asynchronous_primary_come_back_and_apply_once(  # t
     # Followed the new primary without a restart: no exit, the same processes.
     assert system.exits() == {}
     assert {s.name: s.process.pid for s in system.services if s.process} == pids
+
+
+SWEEP_SECONDS = 60.0  # a clock that sweeps every minute: the window it leaves is that long
+RECEIPTS, AFTER = 20, 8
+
+
+@pytest.fixture()
+def slow_clock(request: pytest.FixtureRequest) -> Iterator[tuple[System, ReplicatedPostgres]]:
+    # No API credentials: nothing is reconciled; only the dispatcher's search can help.
+    with replicated_system(request, synchronous=False,
+                           SWEEP_INTERVAL_SECONDS=str(int(SWEEP_SECONDS))) as pair:
+        yield pair
+
+
+def test_no_receipt_twice_before_the_clock_sweeps(  # type: ignore[no-untyped-def]
+        slow_clock) -> None:
+    """SPEC "After a failover": the dispatcher does not wait for the clock to notice. An
+    asynchronous standby has a batch of paid invoices and their pending jobs, but not
+    what the old primary did with them after it was detached: the jobs applied, the
+    receipts sent (the fake Postmark has them) and marked. The primary is killed with -9
+    right after a sweep of a clock sweeping every SWEEP_SECONDS, and the standby promoted.
+    New deliveries then reach the workers on the new primary, whose batch claims re-apply
+    the old jobs (oldest first), re-creating the receipts at their first attempt, and the
+    workers dispatch them at once, before the clock's next sweep records the new
+    timeline. Each key must still reach Postmark once: the claim sees that its server's
+    timeline has no row yet, and searches first."""
+    system, pair = slow_clock
+    world = World(rng=random.Random(8010))
+    before, after = invoices(world, RECEIPTS), invoices(world, AFTER)
+    wait_for(lambda: system.scalar("SELECT count(*) FROM database_timelines") == 1, 60,
+             "the first timeline recorded")
+
+    with system.held(*system.workers):  # recorded and replicated, not yet applied
+        answers = senders.send(system.base_url, senders.spread(before, 4, rate=RATE))
+        assert checks.statuses(answers) == {200: len(answers)}
+        pair.wait_replayed()
+        pair.detach_standby()
+    system.settle()  # the workers apply them and send the receipts, on the primary alone
+    receipts = {key for key in world.emails if system.scalar(
+        "SELECT count(*) FROM outbox WHERE idempotency_key = :key", key=key)}
+    assert len(receipts) == RECEIPTS
+    assert set(system.postmark_messages()["by_key"]) == receipts
+
+    # Right after a sweep: the clock's next look at the timeline is SWEEP_SECONDS away.
+    beat = system.scalar("SELECT beat_at FROM clock_heartbeats WHERE name = :name",
+                         name=SWEEP_HEARTBEAT)
+    wait_for(lambda: system.scalar("SELECT beat_at FROM clock_heartbeats WHERE name = :name",
+                                   name=SWEEP_HEARTBEAT) != beat,
+             SWEEP_SECONDS + 30, "the clock's next sweep", interval=0.1)
+    pair.kill_primary()
+    promoted = time.time()
+    pair.promote()
+    assert system.scalar("SELECT count(*) FROM outbox") == 0  # the standby never had them
+    provider = RetryingProvider(system.base_url, after)
+    provider.start()
+    provider.join(SWEEP_SECONDS)
+    assert not provider.is_alive(), "the deliveries after the promotion were not acknowledged"
+    keys = sorted(receipts)
+    wait_for(lambda: system.scalar("SELECT count(*) FROM outbox WHERE status = 'sent' AND "
+                                   "idempotency_key = ANY(:keys)", keys=keys) == RECEIPTS,
+             SWEEP_SECONDS, "the old receipts sent again on the new primary", interval=0.25)
+    resent = time.time() - promoted
+    # Done before the clock recorded the new timeline: the window this test is about.
+    late = system.scalar(
+        "SELECT count(*) FROM outbox WHERE idempotency_key = ANY(:keys) AND sent_at >= "
+        "coalesce((SELECT min(first_seen_at) FROM database_timelines WHERE failover), "
+        "'infinity')", keys=keys)
+    by_key = system.postmark_messages()["by_key"]
+    twice = sorted(key for key, count in by_key.items() if count > 1)
+    print(f"\nreceipts after a failover, before the clock's sweep: {len(receipts)} sent by "
+          f"the old primary, their marks lost; {len(twice)} sent twice; their rows done "
+          f"{resent:.1f}s after the promotion, {late} of them after the clock recorded "
+          f"the new timeline")
+    assert late == 0, "the clock swept first: the window was not exercised"
+    assert twice == []
+    # A job message that met a connection to the old primary waits for a sweep, and each
+    # of the clock's pooled connections to the old primary fails one tick first.
+    system.settle(timeout=5 * SWEEP_SECONDS)
+    checks.assert_exactly_once(system, world)
+    assert system.exits() == {}
 
 
 ANSWER_BOUND = 10.0  # SPEC.md "Failover": 503, never a hang past 10 s

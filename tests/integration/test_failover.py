@@ -2,7 +2,8 @@
 server's timeline, a timeline not seen before is a failover (counted on web's /metrics),
 the clock reconciles every provider with credentials over the window before it (also with
 periodic runs off, and again after a failed run or a restart), and for as long after it
-the outbox searches Postmark before every first send.
+the outbox searches Postmark before every first send, from the promotion on: before the
+clock has recorded the server's new timeline too.
 
 A test server cannot fail over, so a failover is staged the only way the code can tell
 one: the table records an earlier timeline than the one the server writes on now.
@@ -22,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ingest.app import create_app
-from shared import db, wakeups
+from shared import db, failover, wakeups
 from shared.settings import Settings
 from tests import processes
 from tests.fakes.postmark_server import FakePostmark
@@ -53,9 +54,11 @@ def current_timeline(engine: Engine) -> int:
 
 def stage_failover(engine: Engine, *, ago: timedelta) -> int:
     """The table as a clock leaves it that saw the server start on an older timeline and
-    then this one, `ago`: a failover. Returns the current timeline."""
+    then this one, `ago`: a failover (whatever was recorded before is replaced). Returns
+    the current timeline."""
     now_on = current_timeline(engine)
     with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM database_timelines"))
         conn.execute(sa.text(
             "INSERT INTO database_timelines (timeline_id, failover, first_seen_at) VALUES "
             "(:old, false, now() - interval '30 days'), (:now_on, true, now() - :ago)"),
@@ -198,6 +201,20 @@ def postmark() -> Iterator[tuple[FakePostmark, PostmarkSender]]:
         yield fake, PostmarkSender(fake.token, fake.url, "billing@example.com", timeout=2)
 
 
+def record_start(engine: Engine) -> None:
+    """What the clock's first sweep records (failover.record_timeline): the server's
+    timeline, the start."""
+    with engine.begin() as conn:
+        started = failover.record_timeline(conn)
+    assert started is not None and not started.failover
+
+
+def timelines(engine: Engine) -> list[tuple[object, ...]]:
+    with engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(sa.text(
+            "SELECT timeline_id, failover, first_seen_at FROM database_timelines"))]
+
+
 def lose_sent_marks(engine: Engine) -> None:
     """What an asynchronous standby shows after a failover: the rows as they were
     before their send was marked, at their first attempt again."""
@@ -210,6 +227,7 @@ def test_within_the_window_every_first_send_is_searched_first(  # type: ignore[n
         clean_db, settings, postmark) -> None:
     fake, sender = postmark
     keys = insert_emails(clean_db, 3)
+    record_start(clean_db)
     outbox.dispatch_due(clean_db, settings, sender=sender)
     assert fake.requests("GET /messages/outbound") == 0  # no failover: no search
     lose_sent_marks(clean_db)
@@ -222,6 +240,36 @@ def test_within_the_window_every_first_send_is_searched_first(  # type: ignore[n
     assert fake.requests("POST /email/batch") == 1  # the first dispatch's only
     assert_one_message_per_key(fake, clean_db, keys)
     assert all(row.attempts == 1 for row in rows(clean_db))
+
+
+@pytest.mark.parametrize("recorded_before", ["the old primary's timeline", "nothing"])
+def test_a_timeline_not_recorded_yet_is_searched_before_the_sweep(  # type: ignore[no-untyped-def]
+        clean_db, settings, postmark, recorded_before) -> None:
+    """A promoted standby before the clock's next sweep: the table has no row for the
+    timeline the server writes on now, and no failover row. The dispatcher does not wait
+    for the clock: it searches before every first send, and records nothing (the clock
+    does, with its notification). With nothing recorded at all it cannot tell a new
+    database from a lost first row, and searches too."""
+    fake, sender = postmark
+    keys = insert_emails(clean_db, 3)
+    record_start(clean_db)
+    outbox.dispatch_due(clean_db, settings, sender=sender)
+    assert fake.requests("GET /messages/outbound") == 0  # the timeline recorded: no search
+    lose_sent_marks(clean_db)
+    with clean_db.begin() as conn:  # the table as the old primary's clock left it
+        conn.execute(sa.text("UPDATE database_timelines SET timeline_id = timeline_id + 1000, "
+                             "first_seen_at = now() - interval '30 days'"))
+        if recorded_before == "nothing":
+            conn.execute(sa.text("DELETE FROM database_timelines"))
+    before = timelines(clean_db)
+
+    result = outbox.dispatch_due(clean_db, settings, sender=sender)
+
+    assert (result.claimed, result.sent) == (3, 3)
+    assert fake.requests("GET /messages/outbound") == 3
+    assert fake.requests("POST /email/batch") == 1  # the first dispatch's only
+    assert_one_message_per_key(fake, clean_db, keys)
+    assert timelines(clean_db) == before  # the dispatcher recorded nothing
 
 
 def test_after_the_window_first_sends_are_not_searched(  # type: ignore[no-untyped-def]
