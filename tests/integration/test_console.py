@@ -4,10 +4,12 @@ every page, CSRF on every change, read-only mode, replay (failed jobs only), ema
 
 from __future__ import annotations
 
+import io
 import re
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
@@ -109,6 +111,36 @@ def test_a_post_without_credentials_changes_nothing(client: FlaskClient,
     response = client.post(f"/jobs/{job_id}/replay", data={"csrf_token": token})
     assert response.status_code == 401
     assert job(clean_db, job_id).status == "failed"
+
+
+class Unreadable(io.BytesIO):
+    """A request body that must not be read: the test fails if it is."""
+
+    def read(self, *args: Any) -> bytes:
+        raise AssertionError("the body was read before the credentials were checked")
+
+    readline = read1 = read  # type: ignore[assignment]
+
+    def readinto(self, *args: Any) -> int:
+        raise AssertionError("the body was read before the credentials were checked")
+
+
+@pytest.mark.parametrize("credentials", [None, ("admin", "wrong password!")])
+def test_a_post_is_authenticated_before_its_body_is_read(
+        client: FlaskClient, credentials: tuple[str, str] | None) -> None:
+    """Security review 2026-12c, section 6: the NUL check read the form (the whole body)
+    before the credentials, so a stranger's stalled body held an app thread."""
+    headers = basic(*credentials) if credentials else {}
+    response = client.post("/sources/stripe/stripe/pause", headers=headers,
+                           input_stream=Unreadable(),  # type: ignore[arg-type]
+                           content_type="application/x-www-form-urlencoded",
+                           content_length=60000)
+    assert response.status_code == 401
+    nul = client.post("/sources/stripe/stripe/pause", headers=headers,
+                      data={"csrf_token": "a\x00b"})
+    assert nul.status_code == 401  # the 400 for the NUL comes after the credentials
+    assert post(client, "/sources/stripe/stripe/pause", {"csrf_token": "a\x00b"}) \
+        .status_code == 400
 
 
 # --- CSRF --------------------------------------------------------------------------------
@@ -570,6 +602,55 @@ def test_failed_logins_are_logged_and_a_client_that_keeps_failing_gets_429(  # t
     assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) >= 1
     other = client.get("/", headers=basic(), environ_base={"REMOTE_ADDR": "10.0.0.9"})
     assert other.status_code == 200  # another address is not held back
+
+
+def proxied_app(settings: Settings, trusted_proxies: int) -> Flask:
+    from webhooks.console.app import create_app
+
+    behind = replace(settings, trusted_proxies=trusted_proxies)
+    return create_app(behind, ConsoleSettings(password=PASSWORD), threads=1)
+
+
+def test_behind_trusted_proxies_a_lockout_holds_the_failing_client_alone(  # type: ignore[no-untyped-def]
+        clean_db: Engine, settings: Settings, caplog) -> None:
+    """Security review 2026-12c, section 13: behind a proxy every operator shared its
+    address, so five bad logins from anyone were a 429 for every operator. With
+    TRUSTED_PROXIES=1 the client is the entry the proxy appended, as for the ingest; what
+    the client wrote left of it is never looked at."""
+    proxy = {"REMOTE_ADDR": "10.0.0.1"}
+    with proxied_app(settings, 1).test_client() as client:
+        for forged in ("", "198.51.100.2, ", "198.51.100.3, ", "", ""):
+            headers = {**basic(password="wrong guess 123"),
+                       "X-Forwarded-For": f"{forged}203.0.113.7"}
+            assert client.get("/", headers=headers, environ_base=proxy).status_code == 401
+        failures = [r for r in caplog.records if r.getMessage() == "console login failed"]
+        assert {r.address for r in failures} == {"203.0.113.7"}  # type: ignore[attr-defined]
+        attacker = {**basic(), "X-Forwarded-For": "203.0.113.7"}
+        assert client.get("/", headers=attacker, environ_base=proxy).status_code == 429
+        for operator in ("198.51.100.2", "198.51.100.3", "198.51.100.4"):
+            headers = {**basic(), "X-Forwarded-For": operator}
+            assert client.get("/", headers=headers, environ_base=proxy).status_code == 200
+    # TRUSTED_PROXIES=0 (the default): X-Forwarded-For is the client's to write, not believed.
+    with proxied_app(settings, 0).test_client() as client:
+        for n in range(5):
+            headers = {**basic(password="wrong guess 123"), "X-Forwarded-For": f"192.0.2.{n}"}
+            assert client.get("/", headers=headers).status_code == 401
+        assert client.get("/", headers=basic()).status_code == 429  # the peer, 127.0.0.1
+
+
+def test_ipv6_failures_count_per_64(client: FlaskClient) -> None:
+    """An IPv6 client holds a /64: rotating addresses inside it is one client."""
+    for n in range(1, 6):
+        peer = {"REMOTE_ADDR": f"2001:db8:1:2::{n}"}
+        wrong = basic(password="wrong guess 123")
+        assert client.get("/", headers=wrong, environ_base=peer).status_code == 401
+    same_64 = {"REMOTE_ADDR": "2001:db8:1:2:ffff::6"}
+    assert client.get("/", headers=basic(password="wrong guess 123"),
+                      environ_base=same_64).status_code == 429
+    other_64 = {"REMOTE_ADDR": "2001:db8:1:3::1"}
+    assert client.get("/", headers=basic(), environ_base=other_64).status_code == 200
+    mapped = {"REMOTE_ADDR": "::ffff:192.0.2.1"}  # a dual-stack socket's IPv4 client
+    assert client.get("/", headers=basic(), environ_base=mapped).status_code == 200
 
 
 def test_a_short_console_password_is_refused() -> None:

@@ -1,10 +1,19 @@
 """Who may look, and proof that a change came from the console's own form.
 
-Every request needs HTTP Basic credentials, compared in constant time. A client address
-that failed FAILURES_ALLOWED times within FAILURE_WINDOW_SECONDS is answered 429 until
-the window has passed (per console process), and every failure is logged with the
-address. Every POST needs a CSRF token: an itsdangerous signature of the user name, keyed
-by CONSOLE_SECRET_KEY, or else by a key derived from CONSOLE_PASSWORD with scrypt (slow on
+Every request needs HTTP Basic credentials, compared in constant time, before anything of
+its body is read (`Guard.refusal` looks at the headers alone). A client that failed
+FAILURES_ALLOWED times within FAILURE_WINDOW_SECONDS is answered 429 until the window has
+passed (per console process), whatever it sends, the right password included: were the
+right one let through, the 429 would answer every wrong guess and the 200 the right one,
+at full speed, and the limit would stop no guessing. Every failure is logged with the
+address. The client is REMOTE_ADDR: the socket's peer, or behind TRUSTED_PROXIES the
+entry the proxies appended to X-Forwarded-For (`webhooks console` applies werkzeug's
+ProxyFix, as the ingest; a host app mounting the blueprint applies its own), so a lockout
+holds the failing client alone, never every operator behind one proxy. An IPv6 client is
+its /64 (one host's allocation, where it can pick any address), an IPv4 one its address.
+
+Every POST needs a CSRF token: an itsdangerous signature of the user name, keyed by
+CONSOLE_SECRET_KEY, or else by a key derived from CONSOLE_PASSWORD with scrypt (slow on
 purpose: a token seen by someone is then no cheap offline test of password guesses), so
 every console process (and every restart) accepts every other's tokens, and a password
 change voids them all. No session or cookie is involved: a page from another site can
@@ -15,13 +24,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import threading
 import time
 from collections import OrderedDict
 
-from flask import Response, request
+from flask import Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
+from werkzeug.wrappers import Request
 
 from webhooks.console.settings import ConsoleSettings
 
@@ -35,6 +46,7 @@ _KDF_SALT = b"webhooks console: CSRF signing key"
 FAILURES_ALLOWED = 5
 FAILURE_WINDOW_SECONDS = 60.0
 _TRACKED_ADDRESSES = 10_000  # the failure records kept; the oldest are forgotten first
+IPV6_CLIENT_PREFIX = 64  # the addresses one IPv6 client may use as it pleases
 
 
 def signing_key(settings: ConsoleSettings) -> str:
@@ -46,8 +58,23 @@ def signing_key(settings: ConsoleSettings) -> str:
                           maxmem=64 * 1024 * 1024).hex()
 
 
+def client_key(address: str) -> str:
+    """The client an address stands for, in the failure records: an IPv4 address itself
+    (an IPv4-mapped IPv6 address, what a dual-stack socket reports, included), an IPv6
+    address its /64; text that is no address, as it is."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((parsed, IPV6_CLIENT_PREFIX), strict=False))
+    return str(parsed)
+
+
 class Failures:
-    """Failed logins per client address, in a sliding window."""
+    """Failed logins per client (client_key), in a sliding window."""
 
     def __init__(self) -> None:
         self._seen: OrderedDict[str, list[float]] = OrderedDict()
@@ -83,24 +110,28 @@ class Guard:
         self._signer = URLSafeTimedSerializer(signing_key(settings), salt=_TOKEN_SALT)
         self.failures = Failures()
 
-    def authenticated(self) -> bool:
-        given = request.authorization
-        if given is None or given.type != "basic":
-            return False
-        # Both compared every time, so the timing says nothing of which one was wrong.
-        user_ok = hmac.compare_digest((given.username or "").encode(), self.user.encode())
-        password_ok = hmac.compare_digest((given.password or "").encode(), self._password)
-        if user_ok & password_ok:
-            return True
+    def refusal(self, request: Request) -> Response | None:
+        """None for a request with the right credentials from a client that is not held
+        back; else the 429 (a client past its failures, its credentials not even
+        compared) or the 401 (the failure counted and logged). Reads the headers alone,
+        never the body: ask it before reading one."""
         address = request.remote_addr or "unknown"
-        count = self.failures.add(address)
-        log.warning("console login failed", extra={"address": address, "user": given.username,
-                                                   "failures_in_window": count})
-        return False
-
-    def blocked_for(self) -> float:
-        """Seconds this client must wait after too many failed logins (0: none)."""
-        return self.failures.blocked_for(request.remote_addr or "unknown")
+        client = client_key(address)
+        wait = self.failures.blocked_for(client)
+        if wait > 0:
+            return too_many_failures(wait)
+        given = request.authorization
+        if given is not None and given.type == "basic":
+            # Both compared every time, so the timing says nothing of which one was wrong.
+            user_ok = hmac.compare_digest((given.username or "").encode(), self.user.encode())
+            password_ok = hmac.compare_digest((given.password or "").encode(), self._password)
+            if user_ok & password_ok:
+                return None
+            count = self.failures.add(client)
+            log.warning("console login failed", extra={
+                "address": address, "client": client, "user": given.username,
+                "failures_in_window": count})
+        return challenge()
 
     def token(self) -> str:
         return self._signer.dumps(self.user)

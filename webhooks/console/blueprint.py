@@ -32,7 +32,7 @@ from shared.errors import DatabaseUnavailable
 from shared.events import MAX_ROW_ID
 from shared.models import EmailStatus, JobStatus
 from webhooks.console import emails, events, notifications, overview, pauses
-from webhooks.console.auth import TOKEN_FIELD, Guard, challenge, too_many_failures
+from webhooks.console.auth import TOKEN_FIELD, Guard
 from webhooks.console.settings import ConsoleSettings
 from webhooks.console.state import Console
 
@@ -48,6 +48,9 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",  # payloads and customer emails: kept out of shared caches
 }
+
+
+GUARD = "webhooks_console_guard"  # the app.extensions key of the (first) console's Guard
 
 
 class EventIdConverter(BaseConverter):
@@ -76,6 +79,8 @@ def create_blueprint(engine: Engine, settings: ConsoleSettings, *,
     blueprint = Blueprint(name, __name__, template_folder="templates",
                           static_folder="static", static_url_path="/console-static")
     blueprint.record_once(_add_converter)
+    # The app's Guard, for a server that asks it before reading a body (webhooks.console.front).
+    blueprint.record_once(lambda state: state.app.extensions.setdefault(GUARD, console.guard))
     blueprint.before_request(lambda: _guard(console))
     blueprint.after_request(secure)
     blueprint.context_processor(lambda: _template_globals(console))
@@ -107,16 +112,16 @@ def _holds_nul() -> bool:
 
 def _guard(console: Console) -> Response | None:
     g.webhooks_console = console
+    # The credentials first, from the headers alone: nothing of a stranger's body is read
+    # (security review 2026-12c, section 6; test_a_post_is_authenticated_before_its_body_is_read).
+    refused = console.guard.refusal(request)
+    if refused is not None:
+        return refused
     if _holds_nul():
         abort(400, "A NUL character is in the address or the form: nothing to look up.")
     if any(isinstance(value, int) and value > MAX_ROW_ID
            for value in (request.view_args or {}).values()):
         abort(404, "No such row: the id is beyond any row's.")
-    wait = console.guard.blocked_for()
-    if wait > 0:
-        return too_many_failures(wait)
-    if not console.guard.authenticated():
-        return challenge()
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         if console.settings.readonly:
             abort(403, "This console is read-only (CONSOLE_READONLY=1): nothing can be changed.")
