@@ -1,5 +1,11 @@
 """Alembic environment: the URL comes from DATABASE_URL (through Settings; unset, it stops
-with one line naming it), or from a connection handed over in config.attributes (tests).
+with one line naming it), or from a connection handed over in config.attributes (tests,
+`webhooks migrate`).
+
+It runs the core's history (versions/, version table alembic_version, the core's MetaData)
+unless config.attributes says otherwise: `webhooks migrate` (webhooks/migrate.py) runs each
+named app's folder of revision scripts through it too, with `version_locations` set to that
+folder and the app's own `version_table` and `target_metadata` in config.attributes.
 
 Installed, this folder is the package webhooks.migrations, found by `webhooks migrate`."""
 
@@ -10,7 +16,6 @@ from logging.config import fileConfig
 import sqlalchemy as sa
 from alembic import context
 
-import webhooks.ledger.tables  # noqa: F401  (the reference app's tables, on the same metadata)
 from shared.db import database_url
 from shared.models import metadata
 from shared.settings import Settings
@@ -19,10 +24,14 @@ config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
+# The history being run: the core's by default, an app's when webhooks/migrate.py says so.
+version_table = config.attributes.get("version_table", "alembic_version")
+target_metadata = config.attributes.get("target_metadata", metadata)
+
 
 def run_migrations_offline() -> None:
-    context.configure(url=database_url(Settings.from_env()), target_metadata=metadata,
-                      literal_binds=True)
+    context.configure(url=database_url(Settings.from_env()), target_metadata=target_metadata,
+                      version_table=version_table, literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
 
@@ -38,7 +47,8 @@ def run_migrations_online() -> None:
 
 
 def _run(connection: sa.Connection) -> None:
-    context.configure(connection=connection, target_metadata=metadata, compare_type=True)
+    context.configure(connection=connection, target_metadata=target_metadata,
+                      version_table=version_table, compare_type=True)
     with context.begin_transaction():
         # Several `release` processes may start at once: let one migrate at a time.
         connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('webhooks:migrate'))"))

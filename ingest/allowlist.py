@@ -69,9 +69,10 @@ class Allowlist:
 
 def for_sources(settings: Settings) -> dict[str, Allowlist]:
     """An Allowlist per source that has one, by its label (`stripe`: STRIPE_ALLOWED_IPS,
-    `stripe/connect`: STRIPE_CONNECT_ALLOWED_IPS); the others take any address. A default
-    source's is there even when the provider has no secret: the allowlist is checked
-    before whether the source is configured."""
+    `stripe/connect`: STRIPE_CONNECT_ALLOWED_IPS, or STRIPE_ALLOWED_IPS when it has no list
+    of its own: shared/sources.py `build`); the others take any address. A provider's is
+    there even when it has no secret: the allowlist is checked before whether the source
+    is configured, and an unknown source's path takes it (ingest/webhooks.py)."""
     found = {provider: Allowlist(networks)
              for provider, networks in settings.allowed_networks.items()}
     found.update({source.label: Allowlist(source.allowed_networks)

@@ -51,9 +51,9 @@ class Configured:
     """What the gauges show a series of from the first read, before the tables hold a row
     of it (SPEC "Observability": no rule or panel reads a name that is not there): the
     configured sources, the providers the clock reconciles (those with API credentials,
-    `reconciliation.configured`), the core's audit checks (`audit.checks`; an app's appear
-    with the clock's first audit: the web loads no handler module). Found once, at the
-    app's start."""
+    `reconciliation.configured`), the checks the clock's audit runs (`audit.checks`: the
+    core's and the running apps', which `webhooks web` loads at start, as every process
+    does). Found once, at the app's start."""
 
     sources: tuple[Source, ...]
     reconciled: tuple[str, ...] = ()

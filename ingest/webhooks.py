@@ -8,6 +8,14 @@ read; an unknown source's path takes its provider's allowlist), source configure
 size limit (from Content-Length, before reading), signature against that source's secrets
 only (before any database access: an event signed for another source is refused), the one
 transaction, and only after COMMIT the 200 and the wake-up.
+
+Which source names exist is not told: a path under a provider that has a configured source
+but naming none (`/webhooks/stripe/nosuch`) goes through the same checks as a configured
+source, against a stand-in whose one secret is random and known to no one (`_stand_in`), so
+its answer (403, 413, the provider's own 400 for the signature) is a configured source's,
+byte for byte. It is counted and logged as what it is, not_configured. Only a provider with
+no source at all is 404 (tests/integration/test_allowlist.py
+test_a_configured_and_an_unknown_source_name_answer_alike).
 """
 
 from __future__ import annotations
@@ -194,18 +202,57 @@ def _check_before_body(app: Flask, provider: str, path: str, address: str | None
     if allowlist is not None:
         allowlist.check(address, path)
     if found is None:
-        raise ProviderNotConfigured(f"source {path!r} is unknown or not configured")
+        found = _stand_in(app, provider)
+        if found is None:
+            raise ProviderNotConfigured(f"source {path!r} is unknown or not configured")
     settings: Settings = app.extensions["settings"]
     if content_length is not None and content_length > settings.max_body_bytes:
-        raise PayloadTooLarge(f"body over {settings.max_body_bytes} bytes")
+        too_large = PayloadTooLarge(f"body over {settings.max_body_bytes} bytes")
+        raise _unknown(path, too_large) if found.name == STAND_IN else too_large
     return found
+
+
+# The name of an unknown source's stand-in: not a source name (shared/sources.py NAME), so
+# no configured source is ever taken for it.
+STAND_IN = "-"
+
+
+class UnknownSource(ProviderNotConfigured):
+    """An unknown source's refusal: answered as its stand-in's checks answered (a configured
+    source's status and text), counted and logged as not_configured."""
+
+    def __init__(self, path: str, answered: RejectedDelivery) -> None:
+        super().__init__(str(answered))
+        self.status = answered.status
+        self.logged = f"source {path!r} is unknown or not configured"
+
+
+def _unknown(path: str, answered: RejectedDelivery) -> UnknownSource:
+    return UnknownSource(path, answered)
+
+
+def _stand_in(app: Flask, provider: str) -> Source | None:
+    """For a known provider with a configured source: the source an unknown source's path
+    is checked against, with one secret generated at random here and kept nowhere, so that
+    no delivery verifies; None for a provider with no source (its paths are 404). One per
+    provider in a process, made on first use."""
+    if provider not in providers.PROVIDERS:
+        return None
+    made: dict[str, Source | None] = app.extensions.setdefault("stand_in_sources", {})
+    if provider not in made:
+        configured = any(source.provider == provider
+                         for source in app.extensions["sources"].values())
+        secret = providers.PROVIDERS[provider].SECRET_FORMAT.generate()
+        made[provider] = Source(provider, STAND_IN, (secret,)) if configured else None
+    return made[provider]
 
 
 def _count_rejected(labels: tuple[str, str], error: RejectedDelivery,
                     address: str | None) -> None:
     metrics.deliveries_rejected.labels(*labels, error.reason).inc()
     log.info("delivery rejected", extra={"provider": labels[0], "source": labels[1],
-                                         "reason": str(error), "address": address})
+                                         "reason": getattr(error, "logged", None) or str(error),
+                                         "address": address})
 
 
 def _count_secret(source: Source, delivery: Delivery) -> None:
@@ -223,10 +270,17 @@ def _verified_delivery(source: Source) -> tuple[bytes, Delivery]:
     under the source's own secrets only: a delivery signed for another source fails."""
     settings: Settings = current_app.extensions["settings"]
     module = providers.PROVIDERS[source.provider]  # a configured source's provider exists
-    body = _read_body(settings.max_body_bytes)
-    delivery: Delivery = module.verify(
-        body, request.headers, source, settings.tolerance_seconds, time.time()
-    )
+    try:
+        body = _read_body(settings.max_body_bytes)
+        delivery: Delivery = module.verify(
+            body, request.headers, source, settings.tolerance_seconds, time.time()
+        )
+    except RejectedDelivery as error:
+        if source.name == STAND_IN:
+            raise _unknown(request.path.removeprefix(PATH_PREFIX), error) from None
+        raise
+    if source.name == STAND_IN:  # no one has its secret: never, but never recorded either
+        raise ProviderNotConfigured("source is unknown or not configured")
     return body, delivery
 
 

@@ -39,6 +39,16 @@ class UnusableVariable(MissingVariable):
         ConfigError.__init__(self, variable, problem)
 
 
+class AppConflict(WebhooksError):
+    """The apps named to run cannot run together (two lock keys for one provider): every
+    process exits 1 at start, naming both."""
+
+
+class AppNotLoaded(WebhooksError):
+    """A module WEBHOOK_HANDLERS (or an entry point) names failed to import: every process
+    exits 1 at start, naming the module and its error."""
+
+
 class RejectedDelivery(WebhooksError):
     """A delivery the ingest refuses; carries the HTTP status and a metric reason."""
 

@@ -1,5 +1,5 @@
-"""What an app registers beside its handlers, for the parts of the system that run none: the
-core knows no app's tables or payloads, it asks these hooks.
+"""Apps: what an app registers, and which apps run. The core knows no app's tables or
+payloads: it asks these hooks, and the handlers (shared/handlers.py).
 
     from shared.hooks import Column, Finding, LockKey, Section, audit_check, effects, lock_key
 
@@ -12,18 +12,24 @@ core knows no app's tables or payloads, it asks these hooks.
     @audit_check("stripe", "balances")   # what `webhooks audit` checks
     def balances(conn, since) -> Iterable[Finding]: ...
 
-A provider has at most one lock key; effects and audit checks add up, shown and run in the
-order they were registered. Without a lock key a provider's jobs run in job id order and
-take no try-lock. Effects and audit checks only read, on the connection they are given.
+An app is a module (or package) named in WEBHOOK_HANDLERS or by the `webhooks.handlers`
+entry-point group; what a module registers belongs to the app whose name is that module or
+a package above it (`webhooks.ledger.hooks` is the app `webhooks.ledger`'s). Importing a
+module registers what it declares; only the running apps' hooks and handlers are used: those
+`load` was given last, in the process (each process loads its settings' apps at start).
+Nothing of an app that is not named runs, even if its module was imported.
 
-Hooks are found as handlers are (`load`): the built-in modules, the modules named in
-WEBHOOK_HANDLERS and the `webhooks.handlers` entry points. The console and `webhooks show`
-import them too, so a module of hooks that imports only shared/ keeps worker/ out of them
-(as the reference app's `webhooks.ledger.hooks` does); its handlers module imports it.
+A provider has at most one lock key among the running apps (two: `load` refuses, naming
+both modules); effects and audit checks add up, shown and run in the apps' order, then in
+the order they were registered. Without a lock key a provider's jobs run in job id order
+and take no try-lock. Effects and audit checks only read, on the connection they are given.
+The console and `webhooks show` load the apps too, so an app's hooks and handlers must
+import only the public API (`webhooks`): no process package.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -36,11 +42,13 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from shared.errors import AppConflict, AppNotLoaded
+
 log = logging.getLogger(__name__)
 
-# The reference Stripe app: its hooks (shared/ only) and its handlers (the worker's API).
-BUILTIN_HOOK_MODULES = ("webhooks.ledger.hooks",)
-BUILTIN_HANDLER_MODULES = ("webhooks.ledger.handlers",)
+# The reference Stripe app, an app like any other: it runs only where it is named
+# (`webhooks dev` names it unless WEBHOOK_HANDLERS is set).
+REFERENCE_APP = "webhooks.ledger"
 ENTRY_POINTS = "webhooks.handlers"
 
 
@@ -124,19 +132,23 @@ LockKeyHook = Callable[[Any], "LockKey | None"]
 EffectsHook = Callable[[Connection, Event], "Iterable[Section]"]
 AuditCheck = Callable[[Connection, "datetime | None"], "Iterable[Finding]"]
 
-_lock_keys: dict[str, LockKeyHook] = {}
+_lock_keys: dict[str, list[LockKeyHook]] = {}
 _effects: dict[str, list[EffectsHook]] = {}
 _audit_checks: dict[tuple[str, str], AuditCheck] = {}
+_running: tuple[str, ...] = ()  # the apps `load` was given last, in their order
 
 
 def lock_key(provider: str) -> Callable[[LockKeyHook], LockKeyHook]:
     """Register the decorated function (a payload -> LockKey or None) for provider."""
 
     def register(function: LockKeyHook) -> LockKeyHook:
-        existing = _lock_keys.get(provider)
-        if existing is not None and existing is not function:
-            raise ValueError(f"a lock key for {provider} is already registered")
-        _lock_keys[provider] = function
+        hooks = _lock_keys.setdefault(provider, [])
+        if any(hook.__module__ == function.__module__ and hook is not function
+               for hook in hooks):
+            raise ValueError(f"a lock key for {provider} is already registered in "
+                             f"{function.__module__}")
+        if function not in hooks:
+            hooks.append(function)
         return function
 
     return register
@@ -168,21 +180,40 @@ def audit_check(provider: str, name: str) -> Callable[[AuditCheck], AuditCheck]:
     return register
 
 
+def app_of(function: Callable[..., Any], apps: Sequence[str] | None = None) -> str | None:
+    """The running app (of `apps`, default the running ones) that `function` belongs to:
+    the longest whose name is its module or a package above it; None: no running app's."""
+    module = function.__module__
+    found = [app for app in (_running if apps is None else apps)
+             if module == app or module.startswith(app + ".")]
+    return max(found, key=len) if found else None
+
+
+def in_app_order(functions: Iterable[Any]) -> list[Any]:
+    """The running apps' functions among `functions`, in the apps' order (then as given)."""
+    ranked = [(_running.index(app), n, function) for n, function in enumerate(functions)
+              if (app := app_of(function)) is not None]
+    return [function for _, _, function in sorted(ranked, key=lambda item: item[:2])]
+
+
 def lock_key_of(provider: str, payload: Any) -> LockKey | None:
-    """The job's lock key, or None: its provider registered none, or its payload has none."""
-    hook = _lock_keys.get(provider)
-    return hook(payload) if hook is not None else None
+    """The job's lock key, or None: no running app registered one for its provider, or its
+    payload has none."""
+    hooks = in_app_order(_lock_keys.get(provider, ()))
+    return hooks[0](payload) if hooks else None
 
 
 def effects_of(conn: Connection, event: Event) -> list[Section]:
-    """The event's effects, section by section, in their hooks' order."""
-    return [section for hook in _effects.get(event.provider, ())
+    """The event's effects, section by section, in the running apps' hooks' order."""
+    return [section for hook in in_app_order(_effects.get(event.provider, ()))
             for section in hook(conn, event)]
 
 
 def audit_checks() -> list[tuple[str, str]]:
-    """(provider, name) of every registered check, in registration order."""
-    return list(_audit_checks)
+    """(provider, name) of every running app's check, in the apps' order."""
+    running = in_app_order(_audit_checks.values())
+    return sorted((key for key, check in _audit_checks.items() if check in running),
+                  key=lambda key: running.index(_audit_checks[key]))
 
 
 def run_audit_check(conn: Connection, provider: str, name: str,
@@ -193,21 +224,81 @@ def run_audit_check(conn: Connection, provider: str, name: str,
 
 
 def run_audit_checks(conn: Connection, since: datetime | None = None) -> list[Violation]:
-    """Every registered check's findings, check after check."""
-    return [violation for provider, name in _audit_checks
+    """Every running app's check's findings, check after check."""
+    return [violation for provider, name in audit_checks()
             for violation in run_audit_check(conn, provider, name, since)]
 
 
-def load(modules: Iterable[str] = (), *, builtin: Iterable[str] = BUILTIN_HOOK_MODULES) -> None:
-    """Import the built-in modules, then `modules` (WEBHOOK_HANDLERS) and the
-    `webhooks.handlers` entry points; importing a module registers what it declares.
-    `modules` are found where the settings found them (shared.variables.modules): on
-    sys.path, or in the current folder."""
+def running() -> tuple[str, ...]:
+    """The apps that run in this process, in their order (see `load`)."""
+    return _running
+
+
+def load(modules: Iterable[str] = ()) -> tuple[str, ...]:
+    """Import the apps and run them: `modules` (WEBHOOK_HANDLERS) in their order, then the
+    `webhooks.handlers` entry points' modules not among them; importing a module registers
+    what it declares. Returns the running apps. AppConflict if two of them register a lock
+    key for one provider. `modules` are found where the settings found them
+    (shared.variables.modules): by Python's import system, or in the current folder."""
+    global _running
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
-    for module in (*builtin, *modules):
-        importlib.import_module(module)
-    for entry in entry_points(group=ENTRY_POINTS):
-        entry.load()
-    log.debug("hooks loaded: %d lock keys, %d effects, %d audit checks", len(_lock_keys),
-              sum(len(hooks) for hooks in _effects.values()), len(_audit_checks))
+    apps = list(dict.fromkeys(modules))
+    for module in apps:
+        _import(module, functools.partial(importlib.import_module, module))
+    for entry in _entry_points():
+        _import(entry.module, entry.load)
+        if entry.module not in apps:
+            apps.append(entry.module)
+    _running = tuple(apps)
+    _refuse_two_lock_keys()
+    log.debug("apps running: %s", ", ".join(_running) or "none")
+    return _running
+
+
+def _import(module: str, load_it: Callable[[], Any]) -> None:
+    try:
+        load_it()
+    except Exception as error:
+        raise AppNotLoaded(f"{module}: {type(error).__name__}: {error}") from error
+
+
+# Tables only the reference app writes: rows there while it is not named are a database
+# of a release in which it always ran, upgraded without naming it.
+REFERENCE_TABLES = ("ledger_entries", "accounts", "subscriptions")
+
+
+def warnings_at_start(conn: Connection | None, apps: Sequence[str]) -> list[str]:
+    """What a process says at start about the apps it runs (one WARNING line each): none
+    at all, or the reference app's rows in the database (`conn`, None: not asked) while
+    the reference app is not named."""
+    found: list[str] = []
+    if not apps:
+        found.append("no app runs (WEBHOOK_HANDLERS names none): every event is recorded "
+                     "and its job completes with no effect")
+    if conn is not None and REFERENCE_APP not in apps and _reference_rows(conn):
+        found.append(f"the database holds the reference app's rows ({', '.join(REFERENCE_TABLES)})"
+                     f" but WEBHOOK_HANDLERS does not name {REFERENCE_APP}: its events are "
+                     f"recorded and not applied (name it to keep it running)")
+    return found
+
+
+def _reference_rows(conn: Connection) -> bool:
+    for table in REFERENCE_TABLES:
+        exists = conn.exec_driver_sql("SELECT to_regclass(%(t)s) IS NOT NULL", {"t": table})
+        if exists.scalar() and conn.exec_driver_sql(
+                f"SELECT EXISTS (SELECT 1 FROM {table})").scalar():
+            return True
+    return False
+
+
+def _entry_points() -> list[Any]:
+    return list(entry_points(group=ENTRY_POINTS))
+
+
+def _refuse_two_lock_keys() -> None:
+    for provider, hooks in _lock_keys.items():
+        owners = list(dict.fromkeys(app for hook in hooks if (app := app_of(hook)) is not None))
+        if len(owners) > 1:
+            raise AppConflict(f"two apps register a lock key for {provider}: "
+                              f"{owners[0]} and {owners[1]} (a provider has at most one)")

@@ -9,8 +9,9 @@
 - outbox UNIQUE (idempotency_key): one email per key.
 - event_search PRIMARY KEY (provider, source, event_id): one search document per event.
 
-Apps add their tables to the same `metadata` (the reference app's are in webhooks/ledger/tables.py),
-so that one migration history and `alembic check` cover them.
+These are the core's tables only: an app declares its tables on a MetaData of its own and
+creates them in a migration history of its own (MIGRATIONS, webhooks/migrate.py; the
+reference app's are in webhooks/ledger/tables.py), so `alembic check` compares the core's.
 
 The status vocabularies (JobStatus, EmailStatus) are defined here, with their state
 machines; the CHECK constraints, the statements in shared/queries.py and the code use them.

@@ -318,10 +318,30 @@ class Message:
         lines.append(f"Notification {self.id}")
         return "\n".join(lines)
 
+    @property
+    def slack_text(self) -> str:
+        """The text as Slack's incoming webhook takes it (mrkdwn): `&`, `<` and `>` written
+        `&amp;`, `&lt;` and `&gt;`, as Slack asks of any that is not markup, which it then
+        shows as the characters. What came from data (an event id in the samples, a
+        handler's error, a kind or a source) can then never be read as `<!channel>`, a
+        mention or a `<url|label>` link; we send no markup of our own. The email and the
+        webhook carry `text` and the details as they are (plain text, JSON).
+        (tests/integration/test_notify.py test_slack_text_from_data_is_escaped_as_slack_asks)"""
+        return slack_escape(self.text)
+
     def webhook_body(self) -> dict[str, Any]:
         return {"type": self.kind, "timestamp": _iso(self.created_at),
                 "data": {"id": self.id, "provider": self.provider, "source": self.source,
                          "count": self.count, **self.details}}
+
+
+_SLACK_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def slack_escape(text: str) -> str:
+    """Text for Slack's mrkdwn, its three control characters escaped (Slack's "Escaping
+    text"); nothing else is changed."""
+    return text.translate(_SLACK_ESCAPES)
 
 
 def _iso(moment: datetime) -> str:

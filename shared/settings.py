@@ -143,11 +143,21 @@ class Settings:
     email_from: str = setting("EMAIL_FROM", v.email, "billing@example.com",
                               "sender address", DEPLOY)
     handler_modules: tuple[str, ...] = setting(
-        "WEBHOOK_HANDLERS", v.modules, (), "your handler modules, comma-separated", DEPLOY, "none")
+        "WEBHOOK_HANDLERS", v.modules, (),
+        "the apps that run, comma-separated module paths, in the order their handlers run "
+        "(the reference Stripe app: `webhooks.ledger`)", DEPLOY,
+        "none: every event is recorded and its job completes with no effect (one WARNING at "
+        "each process's start); `webhooks dev` runs `webhooks.ledger`")
     web_concurrency: int = setting("WEB_CONCURRENCY", v.integer(1), 2,
                                    "`web` server processes (`--workers` too)", DEPLOY)
     web_threads: int = setting("WEB_THREADS", v.integer(1), 4,
                                "app threads per `web` process (`--threads` too)", DEPLOY)
+    # ingest/front.py `_Budget`: what bounds a `web` process's memory under large bodies.
+    web_body_budget_bytes: int = setting(
+        "WEB_BODY_BUDGET_BYTES", v.integer(1), 67_108_864,
+        "bytes of request bodies one `web` process holds at once (read or waiting for an app "
+        "thread); past it a body waits up to 1 s, then gets `503` with `Retry-After`, unread; "
+        "at least twice `MAX_BODY_BYTES`", DEPLOY)
     worker_metrics_port: int = setting(
         "WORKER_METRICS_PORT", v.integer(0, 65535), 9191,
         "port of the Prometheus `/metrics` of a host's workers (`web` serves its own); "
@@ -194,7 +204,8 @@ class Settings:
     allowed_networks: Mapping[str, tuple[IPNetwork, ...]] = family(
         _allowlist_variables(), "<PROVIDER>_ALLOWED_IPS",
         "addresses and CIDR ranges, IPv4 or IPv6, comma-separated, that the provider's "
-        "deliveries may come from; others get `403`", INGRESS, "unset: any address")
+        "deliveries may come from, at each of its sources without a list of its own; others "
+        "get `403`", INGRESS, "unset: any address")
     trusted_proxies: int = setting(
         "TRUSTED_PROXIES", v.integer(0, 32), 0,
         "how many reverse proxies in front of `web` append to `X-Forwarded-For`", INGRESS,
@@ -245,6 +256,9 @@ class Settings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", self.data_dir.absolute())
+        if self.web_body_budget_bytes < 2 * self.max_body_bytes:
+            raise ConfigError("WEB_BODY_BUDGET_BYTES", f"must be at least twice MAX_BODY_BYTES "
+                              f"({2 * self.max_body_bytes}), not {self.web_body_budget_bytes}")
         if self.notify_webhook_url and not self.notify_webhook_secret:
             raise ConfigError("NOTIFY_WEBHOOK_SECRET",
                               "must be set with NOTIFY_WEBHOOK_URL (the POSTs are signed)")
@@ -270,7 +284,7 @@ class Settings:
         builds it once at start and keeps it (the ingest: ingest/app.py)."""
         return s.build({provider: self.default_source(provider)
                         for provider in PROVIDERS if self.secrets_for(provider)},
-                       self.named_sources)
+                       self.named_sources, self.allowed_networks)
 
     def default_source(self, provider: str) -> s.Source:
         """The provider's default source, from the provider's own variables."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -211,7 +211,7 @@ PATTERNS: tuple[tuple[str, str, str], ...] = (
      "(Slack: `SLACK_<NAME>_SIGNING_SECRET`)", "required for each named source: unset, "
      "every process exits 1"),
     ("<PROVIDER>_<NAME>_ALLOWED_IPS", "a named source's allowlist, as `<PROVIDER>_ALLOWED_IPS`",
-     "unset: any address"),
+     "unset: the provider's `<PROVIDER>_ALLOWED_IPS` (unset too: any address)"),
     ("STRIPE_<NAME>_API_KEY", "a named Stripe source's API key (also `PADDLE_<NAME>_API_KEY`)",
      "unset: not reconciled"),
     ("GITHUB_<NAME>_TOKEN", "a named GitHub source's token (and `GITHUB_<NAME>_HOOKS`, as "
@@ -246,12 +246,24 @@ def named_sources_field() -> Any:
     return field(default_factory=dict, metadata={v.DECLARATION: NamedSources()})
 
 
-def build(defaults: Mapping[str, Source], named: Mapping[str, tuple[Source, ...]]) -> Sources:
-    """The registry: each provider's default source, then its named ones."""
+def build(defaults: Mapping[str, Source], named: Mapping[str, tuple[Source, ...]],
+          allowed: Mapping[str, tuple[v.IPNetwork, ...]] | None = None) -> Sources:
+    """The registry: each provider's default source, then its named ones. A named source
+    without an allowlist of its own (`<PROVIDER>_<NAME>_ALLOWED_IPS`) takes its provider's
+    (`allowed`, `<PROVIDER>_ALLOWED_IPS`): an operator who lists a provider's addresses
+    covers every endpoint of it (tests/integration/test_allowlist.py
+    test_a_named_source_without_its_own_list_takes_its_providers)."""
     by_key = {(source.provider, source.name): source for source in defaults.values()}
     for sources in named.values():
-        by_key.update({(source.provider, source.name): source for source in sources})
+        by_key.update({(source.provider, source.name): _inherit(source, allowed or {})
+                       for source in sources})
     return Sources(by_key)
+
+
+def _inherit(source: Source, allowed: Mapping[str, tuple[v.IPNetwork, ...]]) -> Source:
+    if source.allowed_networks or not allowed.get(source.provider):
+        return source
+    return replace(source, allowed_networks=tuple(allowed[source.provider]))
 
 
 

@@ -206,12 +206,33 @@ def names(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
+# What a URL's password written unencoded does to it: a `/`, `#` or `?` in it ends the
+# host part early, so that what follows the password's first characters is read as a port;
+# a `[` or `]` makes an IPv6 host of it.
+ENCODING_HINT = "is a `/`, `#`, `?`, `[` or `]` in the password not percent-encoded?"
+
+
 def split_url(raw: str) -> SplitResult:
+    """The URL's parts; ValueError saying what is wrong in our words. urllib's own message
+    is never quoted: it quotes the text it could not read as a port ("Port could not be cast
+    to integer value as 'Xy7'"), which is the start of a password when one holds an
+    unencoded `/`, and this line goes to the platform's logs
+    (tests/integration/test_bad_values.py
+    test_a_bad_url_names_its_variable_and_never_a_part_of_its_password)."""
     try:
         parts = urlsplit(raw)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError as error:
-        raise ValueError(f"not a valid URL ({error})") from None
+        text = str(error)
+        if text.startswith("Port out of range"):
+            raise ValueError("not a valid URL: the port is out of range 0-65535") from None
+        if text.startswith("Port could not be cast"):
+            raise ValueError(f"not a valid URL: the port is not a number ({ENCODING_HINT})"
+                             ) from None
+        if "IPv6" in text:
+            raise ValueError(f"not a valid URL: an unmatched `[` or `]` ({ENCODING_HINT})"
+                             ) from None
+        raise ValueError("not a valid URL") from None
     return parts
 
 
@@ -265,8 +286,10 @@ def networks(raw: str) -> tuple[IPNetwork, ...]:
 
 
 def modules(raw: str) -> tuple[str, ...]:
-    """Importable module names, comma-separated: each is found (not imported) on the path
-    the worker imports from (sys.path and the current folder, as `dramatiq` adds it)."""
+    """Importable module names, comma-separated: each is found (not imported) by Python's
+    import system as the processes import it (sys.path and the current folder, which
+    `dramatiq` and shared.hooks.load add): an editable install, a namespace package or an
+    installed distribution, from any working directory."""
     found = names(raw)
     for module in found:
         if not _findable(module):
@@ -275,16 +298,40 @@ def modules(raw: str) -> tuple[str, ...]:
 
 
 def _findable(module: str) -> bool:
+    """Whether `module` can be imported, asked of every finder on sys.meta_path (as an
+    import asks them) level by level, without running any of its packages' code."""
+    if not all(part.isidentifier() for part in module.split(".")):
+        return False
     locations: list[str] | None = [*sys.path, os.getcwd()]
-    for part in module.split("."):
-        if not part.isidentifier() or locations is None:
-            return False
-        spec = PathFinder.find_spec(part, locations)
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        if name in sys.modules:
+            spec = getattr(sys.modules[name], "__spec__", None)
+        else:
+            spec = _find_spec(name, None if depth == 1 else locations, top=depth == 1)
         if spec is None:
-            return part == module and part in sys.builtin_module_names
+            return depth == 1 and name in sys.builtin_module_names
         found = spec.submodule_search_locations
+        if depth < len(parts) and found is None:
+            return False
         locations = list(found) if found is not None else None
     return True
+
+
+def _find_spec(name: str, locations: list[str] | None, *, top: bool) -> Any:
+    if top:  # the current folder too, as the processes add it
+        spec = PathFinder.find_spec(name, [os.getcwd()])
+        if spec is not None:
+            return spec
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        spec = find(name, locations)
+        if spec is not None:
+            return spec
+    return None
 
 
 def webhook_secret(raw: str) -> str:

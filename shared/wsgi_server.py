@@ -7,16 +7,36 @@ under gunicorn's gthread workers, on the same Flask app.
 
 from __future__ import annotations
 
-from granian.constants import Interfaces
+from typing import Any
+
+from granian.constants import HTTPModes, Interfaces
+from granian.http import HTTP1Settings
 from granian.server import Server
+
+# granian's own listen backlog; the kernel caps it at net.core.somaxconn (4096 on Linux
+# since 5.4).
+DEFAULT_BACKLOG = 1024
 
 
 def serve(app: str, *, host: str, port: int, workers: int, threads: int,
-          interface: Interfaces = Interfaces.WSGI) -> None:
+          interface: Interfaces = Interfaces.WSGI, header_seconds: float | None = None,
+          connections: int | None = None, backlog: int = DEFAULT_BACKLOG) -> None:
     """Run the app factory `app` ("module:function", called in each server process) until
     SIGTERM or SIGINT. WSGI: `threads` app threads per process, requests beyond them wait
     in the server, unread. RSGI: the app runs on the process's event loop and keeps its own
-    `threads` (ingest.front)."""
+    `threads` (ingest.front).
+
+    header_seconds: serve HTTP/1.1 only, and close a connection that has not sent a whole
+    request head within this long of its accept, or of its previous answer (hyper's
+    `header_read_timeout`). Only HTTP/1.1 alone applies it from the accept: granian's
+    default h1/h2 detection first waits, with no deadline, for the bytes that tell the
+    two apart, so a connection that sends nothing is never closed.
+    connections: how many connections one process serves at once (granian's
+    `backpressure`; default backlog ÷ workers); more wait in the listen backlog."""
+    http: dict[str, Any] = {}
+    if header_seconds is not None:
+        http = {"http": HTTPModes.http1,
+                "http1_settings": HTTP1Settings(header_read_timeout=int(header_seconds * 1000))}
     Server(
         app,
         factory=True,
@@ -26,6 +46,9 @@ def serve(app: str, *, host: str, port: int, workers: int, threads: int,
         workers=workers,
         blocking_threads=threads if interface == Interfaces.WSGI else 1,
         websockets=False,
+        backlog=backlog,
+        backpressure=connections,
+        **http,
         # A server process that dies (killed, out of memory) is replaced, as gunicorn's
         # arbiter did; without this granian stops the whole server.
         respawn_failed_workers=True,

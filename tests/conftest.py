@@ -83,18 +83,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def migrate(url: str) -> None:
-    from alembic import command
-    from alembic.config import Config
+APPS = ("webhooks.ledger",)  # the apps whose tables the tests use (TABLES)
 
-    config = Config(str(ROOT / "alembic.ini"))
-    config.attributes["configure_logger"] = False
+
+def migrate(url: str, apps: tuple[str, ...] = APPS) -> None:
+    """The core's migrations, then those of `apps` (as `webhooks migrate` does with
+    WEBHOOK_HANDLERS naming them: webhooks/migrate.py)."""
+    from webhooks import migrate as migrations
+
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     # Not in a transaction of ours: the migrations manage theirs (0003 builds its indexes
     # CONCURRENTLY, outside one).
     with engine.connect() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "head")
+        migrations.upgrade(conn, apps)
     engine.dispose()
 
 
@@ -166,8 +167,28 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
             "JOB_RETRY_BASE_SECONDS": "0",
             "JOB_MAX_ATTEMPTS": "3",
             "WEBHOOKS_DATA_DIR": str(tmp_path / "data"),
+            "WEBHOOK_HANDLERS": ",".join(TEST_APPS),
         }
     )
+
+
+# The apps the tests run in their own process: the reference app, and the handlers the
+# tests declare (tests/handlers_for_tests.py and the test modules' own; tests/apps/ holds
+# apps a test names itself). The processes the tests start run the reference app unless a
+# test names others (TEST_PROCESS_APPS).
+TEST_APPS = ("webhooks.ledger", "tests.handlers_for_tests", "tests.unit", "tests.integration",
+             "tests.acceptance")
+TEST_PROCESS_APPS = "webhooks.ledger"
+os.environ.setdefault("WEBHOOK_HANDLERS", TEST_PROCESS_APPS)
+
+
+@pytest.fixture(autouse=True)
+def _apps() -> None:
+    """Each test starts with the test apps running (shared.hooks.load), whatever apps an
+    earlier test ran."""
+    from shared import hooks
+
+    hooks.load(TEST_APPS)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

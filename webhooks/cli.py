@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -35,8 +34,6 @@ from shared.settings import Settings
 from shared.terminal import visible
 
 T = TypeVar("T")
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"  # alembic/, as installed
-SOURCE_MIGRATIONS = Path(__file__).resolve().parents[1] / "alembic"  # a source checkout
 ANY_INTERFACE = "0.0.0.0"  # noqa: S104 - a deployed web serves the platform's router
 # The console and the worker metrics answer on loopback unless told otherwise: the console
 # shows payloads and customer emails over Basic auth, the metrics have no auth at all.
@@ -63,18 +60,53 @@ def procfile_settings(*, broker: bool = True) -> Settings:
     return settings
 
 
-def process_settings() -> Settings:
+def process_settings(settings: Settings | None = None) -> Settings:
     """Settings of a long-running Procfile process (`web`, `worker`, `clock`, `console`):
     procfile_settings, logging configured, and the start-up check of the path to the
     database (shared/pooler.py: a pooler in transaction mode that DATABASE_POOLER does not
-    name is one WARNING line)."""
-    settings = procfile_settings()
+    name is one WARNING line), then the apps (start_apps). `settings`: procfile_settings
+    already read, by a process that checks more of its own variables first."""
+    settings = settings or procfile_settings()
     from shared import pooler
     from shared.logs import configure_logging
 
     configure_logging(settings)
     pooler.warn_if_unnamed(settings)
+    start_apps(settings)
     return settings
+
+
+def start_apps(settings: Settings, *, database: bool = True) -> tuple[str, ...]:
+    """The apps the settings name, imported and checked (shared.hooks.load): a module that
+    fails to import, or two apps with a lock key for one provider, exit 1 with one line.
+    Each WARNING of shared.hooks.warnings_at_start is logged (`database`: the reference
+    app's rows looked for; a database that does not answer is not asked)."""
+    import logging
+
+    import sqlalchemy as sa
+
+    from shared import db, hooks
+    from shared.errors import AppConflict, AppNotLoaded
+
+    try:
+        apps = hooks.load(settings.handler_modules)
+    except (AppConflict, AppNotLoaded) as error:
+        fail(f"WEBHOOK_HANDLERS: {error}")
+    conn = None
+    engine = db.create_engine(settings, pool_size=1) if database else None
+    try:
+        conn = engine.connect() if engine is not None else None
+    except (sa.exc.SQLAlchemyError, DatabaseUnavailable):
+        conn = None
+    try:
+        for line in hooks.warnings_at_start(conn, apps):
+            logging.getLogger("webhooks.apps").warning(line)
+    finally:
+        if conn is not None:
+            conn.close()
+        if engine is not None:
+            engine.dispose()
+    return apps
 
 
 def local_settings() -> Settings:
@@ -96,7 +128,12 @@ def local_settings() -> Settings:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"webhooks: {message}", err=True)
+    """One line on stderr and exit `code`. The message can quote data (an API's error body,
+    an event id an API listed, a value given on the command line): its control characters
+    are printed escaped (shared/terminal.py `visible`), so the line stays one line and
+    drives no terminal (tests/integration/test_reconcile.py
+    test_the_reconcile_commands_failure_lines_escape_what_the_api_sent)."""
+    click.echo(f"webhooks: {visible(message)}", err=True)
     sys.exit(code)
 
 
@@ -161,21 +198,40 @@ def main() -> None:
 
 
 @main.command()
-def migrate() -> None:
-    """Apply database migrations (safe to run again): the Procfile's `release`."""
+@click.option("--check", is_flag=True,
+              help="Apply nothing: exit 1 naming each history not at its head and each "
+                   "difference between the database and the declared tables.")
+def migrate(check: bool) -> None:
+    """Apply database migrations (safe to run again): the Procfile's `release`. The core's,
+    then those of each app WEBHOOK_HANDLERS (then an entry point) names, each app's a
+    history of its own (webhooks/migrate.py)."""
     settings = procfile_settings(broker=False)
-    from alembic import command
-    from alembic.config import Config
+    import sqlalchemy as sa
 
-    config = Config()
-    folder = MIGRATIONS if MIGRATIONS.is_dir() else SOURCE_MIGRATIONS
-    config.set_main_option("script_location", str(folder))
-    config.attributes["configure_logger"] = False
+    from shared.db import database_url
+    from webhooks import migrate as migrations
+
+    modules = migrations.app_modules(settings.handler_modules)
+    engine = sa.create_engine(database_url(settings), poolclass=sa.pool.NullPool)
     try:
-        os.environ["DATABASE_URL"] = settings.database_url or ""
-        command.upgrade(config, "head")
+        with engine.connect() as conn:
+            if check:
+                problems = migrations.check(conn, modules)
+            else:
+                applied = migrations.upgrade(conn, modules)
     except Exception as error:  # a one-line reason, not a traceback
-        fail(f"migration failed: {str(error).splitlines()[0]}")
+        fail(f"migration failed: {(str(error).splitlines() or [repr(error)])[0]}")
+    finally:
+        engine.dispose()
+    if check:
+        for problem in problems:
+            click.echo(problem, err=True)
+        if problems:
+            fail(f"{len(problems)} difference(s) between the database and the code")
+        click.echo("database matches the migrations and the declared tables")
+        return
+    for step in applied:
+        click.echo(step.line())
     click.echo("database is at the latest migration")
 
 
@@ -592,13 +648,14 @@ def audit(since: datetime | None, stale: timedelta, as_json: bool) -> None:
 def console(host: str | None) -> None:
     """The operator console on $CONSOLE_PORT (HTTP Basic auth: CONSOLE_USER and
     CONSOLE_PASSWORD)."""
-    settings = process_settings()
+    settings = procfile_settings()
     from webhooks.console.app import serve
     from webhooks.console.settings import ConsoleSettings
 
     try:
         console_settings = ConsoleSettings.from_env()
-        serve(settings, console_settings, host=host or console_settings.host)
+        serve(process_settings(settings), console_settings,
+              host=host or console_settings.host)
     except MissingVariable as error:  # CONSOLE_PASSWORD
         fail(str(error))
     except ConfigError as error:

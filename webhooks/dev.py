@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
+from shared.hooks import REFERENCE_APP
 from shared.providers import PROVIDERS
 from shared.settings import Settings
 from webhooks import embedded
@@ -85,6 +86,8 @@ def environment(settings: Settings) -> dict[str, str]:
     env["CONSOLE_PORT"] = _console_port(env, settings.port)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("WORKER_METRICS_HOST", LOOPBACK)
+    # The reference app runs unless the variable says which apps do (set, even empty).
+    env.setdefault("WEBHOOK_HANDLERS", REFERENCE_APP)
     return env
 
 

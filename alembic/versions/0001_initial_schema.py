@@ -1,5 +1,10 @@
 """initial schema
 
+The reference app's tables (accounts, ledger_entries, subscriptions) were created here
+until the app got a migration history of its own: they are now its first revision's
+(webhooks/ledger/migrations/ledger_0001_tables.py), and a database this revision migrated
+before keeps them.
+
 Revision ID: 0001
 Revises:
 Create Date: 2026-11-30 05:36:15.960630
@@ -18,19 +23,6 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
-        "accounts",
-        sa.Column("customer_id", sa.Text(), nullable=False),
-        sa.Column("currency", sa.Text(), nullable=False),
-        sa.Column("balance", sa.BigInteger(), server_default="0", nullable=False),
-        sa.Column(
-            "updated_at",
-            sa.DateTime(timezone=True),
-            server_default=sa.text("now()"),
-            nullable=False,
-        ),
-        sa.PrimaryKeyConstraint("customer_id", "currency", name=op.f("pk_accounts")),
-    )
     op.create_table(
         "outbox",
         sa.Column("id", sa.BigInteger(), sa.Identity(always=False), nullable=False),
@@ -69,21 +61,6 @@ def upgrade() -> None:
         ["run_at"],
         unique=False,
         postgresql_where=sa.text("status = 'pending'"),
-    )
-    op.create_table(
-        "subscriptions",
-        sa.Column("subscription_id", sa.Text(), nullable=False),
-        sa.Column("customer_id", sa.Text(), nullable=False),
-        sa.Column("status", sa.Text(), nullable=False),
-        sa.Column("last_event_created", sa.BigInteger(), nullable=False),
-        sa.Column("last_event_id", sa.Text(), nullable=False),
-        sa.Column(
-            "updated_at",
-            sa.DateTime(timezone=True),
-            server_default=sa.text("now()"),
-            nullable=False,
-        ),
-        sa.PrimaryKeyConstraint("subscription_id", name=op.f("pk_subscriptions")),
     )
     op.create_table(
         "webhook_events",
@@ -145,43 +122,6 @@ def upgrade() -> None:
         op.f("ix_jobs_status_finished_at"), "jobs", ["status", "finished_at"], unique=False
     )
     op.create_table(
-        "ledger_entries",
-        sa.Column("id", sa.BigInteger(), sa.Identity(always=False), nullable=False),
-        sa.Column("customer_id", sa.Text(), nullable=False),
-        sa.Column("currency", sa.Text(), nullable=False),
-        sa.Column("amount", sa.BigInteger(), nullable=False),
-        sa.Column("provider", sa.Text(), nullable=False),
-        sa.Column("event_id", sa.Text(), nullable=False),
-        sa.Column("entry_key", sa.Text(), nullable=False),
-        sa.Column("kind", sa.Text(), nullable=False),
-        sa.Column("reference", sa.Text(), nullable=False),
-        sa.Column(
-            "created_at",
-            sa.DateTime(timezone=True),
-            server_default=sa.text("now()"),
-            nullable=False,
-        ),
-        sa.ForeignKeyConstraint(
-            ["customer_id", "currency"],
-            ["accounts.customer_id", "accounts.currency"],
-            name=op.f("fk_ledger_entries_customer_id_accounts"),
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_ledger_entries")),
-        sa.UniqueConstraint("entry_key", name=op.f("uq_ledger_entries_entry_key")),
-    )
-    op.create_index(
-        op.f("ix_ledger_entries_customer_id_currency"),
-        "ledger_entries",
-        ["customer_id", "currency"],
-        unique=False,
-    )
-    op.create_index(
-        op.f("ix_ledger_entries_kind_reference"),
-        "ledger_entries",
-        ["kind", "reference"],
-        unique=False,
-    )
-    op.create_table(
         "webhook_duplicates",
         sa.Column("id", sa.BigInteger(), sa.Identity(always=False), nullable=False),
         sa.Column("provider", sa.Text(), nullable=False),
@@ -218,20 +158,15 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_webhook_duplicates_received_at"), table_name="webhook_duplicates")
     op.drop_index(op.f("ix_webhook_duplicates_provider_event_id"), table_name="webhook_duplicates")
     op.drop_table("webhook_duplicates")
-    op.drop_index(op.f("ix_ledger_entries_kind_reference"), table_name="ledger_entries")
-    op.drop_index(op.f("ix_ledger_entries_customer_id_currency"), table_name="ledger_entries")
-    op.drop_table("ledger_entries")
     op.drop_index(op.f("ix_jobs_status_finished_at"), table_name="jobs")
     op.drop_index(
         "ix_jobs_pending_run_at", table_name="jobs", postgresql_where=sa.text("status = 'pending'")
     )
     op.drop_table("jobs")
     op.drop_table("webhook_events")
-    op.drop_table("subscriptions")
     op.drop_index(
         "ix_outbox_pending_run_at",
         table_name="outbox",
         postgresql_where=sa.text("status = 'pending'"),
     )
     op.drop_table("outbox")
-    op.drop_table("accounts")

@@ -72,7 +72,7 @@ def verify(
     else:
         index = _first_valid(text, signature, source.secrets, tolerance)
     payload = parse_object(body)
-    account, livemode = origin(payload)
+    account, livemode = origin(payload, connect=source.connect)
     return Delivery(
         event_id=require_id(payload.get("id"), "event id"),
         event_type=optional_type(payload.get("type")),
@@ -83,9 +83,14 @@ def verify(
     )
 
 
-def origin(payload: dict[str, Any]) -> tuple[str | None, bool | None]:
+def origin(payload: dict[str, Any], *, connect: bool = True) -> tuple[str | None, bool | None]:
     """The event's connected account (a snapshot event's `account`, a thin event's
-    `context`) and its `livemode`; None for what is absent or not of its type."""
+    `context`) and its `livemode`; None for what is absent or not of its type. `connect`
+    False (a source that is not Connect, whose events are the platform's): a thin event's
+    `context` is not taken, as its job does not fetch in it (worker/thin_events.py
+    `context_of`)."""
+    if not connect and payload.get("object") == "v2.core.event":
+        payload = {key: value for key, value in payload.items() if key != "context"}
     account = payload.get("account", payload.get("context"))
     livemode = payload.get("livemode")
     return (account if isinstance(account, str) and account else None,

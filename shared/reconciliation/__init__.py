@@ -31,6 +31,7 @@ from shared.models import ReceivedVia
 from shared.providers import stripe as stripe_provider
 from shared.recording import Origin, record_event
 from shared.settings import Settings
+from shared.terminal import visible
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +294,10 @@ def _record(engine: Engine, source: Source, missing: list[Listing], result: Resu
 
 
 def _skipped_message(result: Result) -> str:
-    named = "; ".join(f"{event_id} ({why})" for event_id, why in result.skipped[:3])
+    """The skipped events named, as the API listed them: their ids and reasons with control
+    characters escaped (shared/terminal.py `visible`), as the run's error is printed by
+    `webhooks reconcile` and kept as its last_error."""
+    named = "; ".join(visible(f"{event_id} ({why})") for event_id, why in result.skipped[:3])
     more = f" and {len(result.skipped) - 3} more" if len(result.skipped) > 3 else ""
     return (f"{_label(result)}: {len(result.skipped)} event(s) skipped, they cannot be "
             f"stored: {named}{more}")

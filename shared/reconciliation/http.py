@@ -14,6 +14,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from shared.errors import WebhooksError
+from shared.terminal import visible
 
 TIMEOUT_SECONDS = 15
 RETRIES = 4
@@ -21,7 +22,9 @@ MAX_RETRY_AFTER_SECONDS = 60
 
 
 class ApiError(WebhooksError):
-    """A provider API request that failed after its retries."""
+    """A provider API request that failed after its retries. Its text quotes the API's
+    answer, control characters escaped (shared/terminal.py `visible`): it is printed by
+    `webhooks reconcile`, logged and kept as a run's last_error."""
 
 
 class Api:
@@ -43,7 +46,8 @@ class Api:
         except requests.RequestException as error:
             raise ApiError(f"GET {url}: {type(error).__name__}: {error}") from None
         if response.status_code >= 400:
-            raise ApiError(f"GET {url}: HTTP {response.status_code}: {response.text[:200]}")
+            raise ApiError(f"GET {visible(url)}: HTTP {response.status_code}: "
+                           f"{visible(response.text[:200])}")
         try:
             return response.json(), response
         except ValueError:

@@ -550,7 +550,7 @@ class System:
             "MAX_BODY_BYTES": "65536",
             "WEBHOOKS_DATA_DIR": str(self.dir / "data"),
             # World.slow_credit's handler, which holds its transaction open this long.
-            "WEBHOOK_HANDLERS": "tests.handlers_for_tests",
+            "WEBHOOK_HANDLERS": "webhooks.ledger,tests.handlers_for_tests",
             "TEST_HANDLER_SLEEP": "0.2",
             "PYTHONPATH": str(ROOT),
             "WORKER_METRICS_PORT": "0",  # not the machine's shared default port

@@ -53,7 +53,8 @@ def flag(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def env(database_url: str, redis_url: str, flag: Path) -> dict[str, str]:
     return {"DATABASE_URL": database_url, "BROKER_URL": redis_url, "CONSOLE_USER": USER,
-            "CONSOLE_PASSWORD": PASSWORD, "WEBHOOK_HANDLERS": "tests.acceptance.console_handlers",
+            "CONSOLE_PASSWORD": PASSWORD,
+            "WEBHOOK_HANDLERS": "webhooks.ledger,tests.acceptance.console_handlers",
             # The sources the overview lists from the start (a Connect endpoint among them).
             "STRIPE_WEBHOOK_SECRET": "whsec_console_platform", "STRIPE_SOURCES": "connect",
             "STRIPE_CONNECT_WEBHOOK_SECRET": "whsec_console_connect", "STRIPE_CONNECT_CONNECT": "1",

@@ -159,7 +159,7 @@ class Hosts:
             "SWEEP_INTERVAL_SECONDS": "1",
             "JOB_RETRY_BASE_SECONDS": "0.2",
             "WEBHOOKS_DATA_DIR": str(self.dir / "data"),
-            "WEBHOOK_HANDLERS": "tests.handlers_for_tests",
+            "WEBHOOK_HANDLERS": "webhooks.ledger,tests.handlers_for_tests",
             "TEST_HANDLER_SLEEP": "0.2",
             "WORKER_METRICS_PORT": "0",
             **extra,

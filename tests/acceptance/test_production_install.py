@@ -58,17 +58,28 @@ def test_no_embedded_server_is_installed(installed: Path, tmp_path: Path) -> Non
 
 
 def test_release_migrates_from_any_folder_and_again(installed: Path, tmp_path: Path) -> None:
+    """The core's migrations, then (the reference app named) the app's, which the package
+    ships too (webhooks/ledger/migrations/)."""
     url = create_database("webhooks_production_install")
+    ledger = {"accounts", "ledger_entries", "subscriptions", "alembic_version_webhooks_ledger"}
     try:
-        for _ in range(2):
-            result = run(installed, procfile_entry("release"), tmp_path, DATABASE_URL=url)
-            assert result.returncode == 0, result.stdout + result.stderr
         engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-        with engine.connect() as conn:
-            tables = set(sa.inspect(conn).get_table_names())
+
+        def tables() -> set[str]:
+            with engine.connect() as conn:
+                return set(sa.inspect(conn).get_table_names())
+
+        result = run(installed, procfile_entry("release"), tmp_path, DATABASE_URL=url,
+                     WEBHOOK_HANDLERS="")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert {"webhook_events", "jobs", "outbox", "alembic_version"} <= tables()
+        assert not ledger & tables()
+        for _ in range(2):
+            result = run(installed, procfile_entry("release"), tmp_path, DATABASE_URL=url,
+                         WEBHOOK_HANDLERS="webhooks.ledger")
+            assert result.returncode == 0, result.stdout + result.stderr
+        assert ledger <= tables()
         engine.dispose()
-        assert {"webhook_events", "jobs", "accounts", "ledger_entries", "subscriptions",
-                "outbox", "alembic_version"} <= tables
     finally:
         drop_database("webhooks_production_install")
 

@@ -48,6 +48,7 @@ GitHub: Bearer token); others get 401. Faults, each consumed per request:
     fail_next      the next N requests: 500 (after rate_limited's)
     slow_next      the next N requests answer after slow_seconds (a client's timeout)
     next_base      Paddle's `next` and GitHub's `Link` point to this base (another host)
+    refuse_body    every request: 400 with this text as its body (not JSON), as sent
 
 In-process: `with FakeProviderApis() as fake: fake.state.stripe_events = [...]`.
 """
@@ -61,7 +62,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from tests.fakes.provider_events import github_delivery_item
 
@@ -97,6 +98,7 @@ class State:
     slow_seconds: float = 0.0
     fail_after: int | None = None
     next_base: str | None = None  # pagination links to this base instead of our own
+    refuse_body: str | None = None  # every request: 400 with this text as its body
     requests: Counter[str] = field(default_factory=Counter)
     detail_fetches: Counter[int] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -153,6 +155,9 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
                 return
             if fault == 500:
                 self._send(500, {"error": {"message": "internal error"}})
+                return
+            if state.refuse_body is not None:
+                self._send_text(400, state.refuse_body)
                 return
             try:
                 status, body, headers = self._route(parts.path, query)
@@ -226,7 +231,7 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
             if path == "/v2/core/events":
                 return 200, _stripe_v2_page(state, query, account), {}
             if path.startswith("/v2/core/events/"):
-                found = state.stripe_v2_events.get((account, path.rsplit("/", 1)[1]))
+                found = state.stripe_v2_events.get((account, unquote(path.rsplit("/", 1)[1])))
             else:
                 found = state.stripe_objects.get((account, path))
             if found is None:
@@ -234,6 +239,14 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
                                        "code": "resource_missing",
                                        "message": f"No such object: '{path}'"}}, {}
             return 200, found, {}
+
+        def _send_text(self, status: int, text: str) -> None:
+            data = text.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(body).encode()

@@ -38,7 +38,7 @@ from tests import factories, processes
 from tests.acceptance.harness import PrivatePostgres
 from tests.conftest import STRIPE_SECRET, broker_url, migrate
 from tests.fakes.alert_receivers import FakeAlertReceivers, slack_alertnames, webhook_alertnames
-from worker import handlers, jobs
+from worker import jobs
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROMETHEUS = shutil.which("prometheus")
@@ -202,7 +202,6 @@ def test_a_failed_job_reaches_slack_and_the_watchdog_the_dead_mans_switch(
         invoice.pop("amount_paid")  # the handler refuses it: a permanent error
         factories.insert_event_and_job(clean_db, factories.stripe_event("invoice.paid", invoice))
         once = dataclasses.replace(settings, job_max_attempts=1)
-        handlers.load(once)
         assert jobs.process_batch(clean_db, once).failed == 1
 
         processes.wait_until(lambda: "WebhookJobsFailed" in path.slack(), timeout=40,

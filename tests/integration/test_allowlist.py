@@ -306,3 +306,88 @@ def test_real_server_on_a_dual_stack_socket(settings: Settings, clean_db: Engine
         assert send(f"http://[::1]:{port}", "evt_v6").status_code == 200
         assert send(f"http://127.0.0.1:{port}", "evt_v4_out").status_code == 403
     assert written(clean_db) == (2, 2)
+
+
+# Named sources (issue 36, item 8a): a source without a list of its own takes its
+# provider's, and a path's answer tells an outsider nothing of which source names exist.
+
+CONNECT_SECRET = "whsec_connect_allowlist_secret"
+
+
+def sourced_client(settings: Settings, **env: str) -> FlaskClient:
+    return make_client(settings, STRIPE_SOURCES="connect,eu",
+                       STRIPE_CONNECT_WEBHOOK_SECRET=CONNECT_SECRET,
+                       STRIPE_EU_WEBHOOK_SECRET="whsec_eu_allowlist_secret", **env)
+
+
+def post_to(client: FlaskClient, path: str, peer: str, event_id: str,
+            secret: str = STRIPE_SECRET, **environ: Any) -> Any:
+    body, signed = delivery(event_id, secret)
+    return client.post(f"/webhooks/{path}", data=body, headers=signed,
+                       environ_base={"REMOTE_ADDR": peer, **environ})
+
+
+def test_a_named_source_without_its_own_list_takes_its_providers(
+        settings: Settings, clean_db: Engine) -> None:
+    client = sourced_client(settings, STRIPE_ALLOWED_IPS=ALLOWED,
+                            STRIPE_EU_ALLOWED_IPS="192.0.2.0/24")
+    refused = post_to(client, "stripe/connect", DISALLOWED, "evt_c1", CONNECT_SECRET)
+    assert refused.status_code == 403, refused.json
+    assert post_to(client, "stripe/connect", ALLOWED, "evt_c2", CONNECT_SECRET
+                   ).status_code == 200
+    # A source with a list of its own takes that one alone.
+    assert post_to(client, "stripe/eu", ALLOWED, "evt_e1", "whsec_eu_allowlist_secret"
+                   ).status_code == 403
+    assert post_to(client, "stripe/eu", "192.0.2.5", "evt_e2", "whsec_eu_allowlist_secret"
+                   ).status_code == 200
+    assert written(clean_db) == (2, 2)
+
+
+def answers(client: FlaskClient, path: str, peer: str) -> list[tuple[int, Any]]:
+    """What an outsider gets at a path: unsigned, signed with a secret it guessed, too big,
+    and without a signature header."""
+    body, _ = delivery("evt_probe")
+    found = []
+    for headers, environ in [
+            ({"Stripe-Signature": "t=1,v1=00"}, {}),
+            (delivery("evt_probe", "whsec_guessed")[1], {}),
+            (delivery("evt_probe", "whsec_guessed")[1],
+             {"wsgi.input": Unreadable(), "CONTENT_LENGTH": str(1000 * MAX_BODY)}),
+            ({}, {})]:
+        answer = client.post(f"/webhooks/{path}", data=body, headers=headers,
+                             environ_overrides={"REMOTE_ADDR": peer, **environ})
+        found.append((answer.status_code, answer.get_json()))
+    return found
+
+
+@pytest.mark.parametrize("lists", [{}, {"STRIPE_ALLOWED_IPS": ALLOWED}])
+@pytest.mark.parametrize("peer", [ALLOWED, DISALLOWED])
+def test_a_configured_and_an_unknown_source_name_answer_alike(
+        settings: Settings, clean_db: Engine, lists: dict[str, str], peer: str) -> None:
+    client = sourced_client(settings, **lists)
+    configured = answers(client, "stripe/connect", peer)
+    for unknown in ("nosuch", "stripe"):  # the 403's text names the path it was sent to
+        named = [(status, json.loads(json.dumps(body).replace(f"stripe/{unknown}",
+                                                              "stripe/connect")))
+                 for status, body in answers(client, f"stripe/{unknown}", peer)]
+        assert named == configured, unknown
+    assert {status for status, _ in configured} <= {400, 403, 413}
+    assert written(clean_db) == (0, 0)
+    # A provider with no source configured is 404, as it always was: nothing to hide.
+    assert post_to(client, "paddle/connect", ALLOWED, "evt_p").status_code == 404
+
+
+def test_an_unknown_source_is_counted_and_logged_as_not_configured(
+        settings: Settings, clean_db: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    client = sourced_client(settings)
+    before = rejected(reason="not_configured", source="unknown")
+    signature = rejected(reason="signature", source="unknown")
+    with caplog.at_level(logging.INFO, logger="ingest.webhooks"):
+        # Even signed with a configured source's secret, an unknown path records nothing.
+        answer = post_to(client, "stripe/nosuch", ALLOWED, "evt_n", CONNECT_SECRET)
+    assert answer.status_code == 400
+    assert rejected(reason="not_configured", source="unknown") - before == 1
+    assert rejected(reason="signature", source="unknown") == signature
+    [line] = [record for record in caplog.records if record.getMessage() == "delivery rejected"]
+    assert "stripe/nosuch" in line.__dict__["reason"]
+    assert written(clean_db) == (0, 0)

@@ -26,6 +26,7 @@ from shared.hooks import Finding
 from shared.settings import Settings
 from tests import factories, processes
 from tests.acceptance.world import World
+from tests.conftest import TEST_APPS
 from tests.fakes.postmark_server import FakePostmark
 from webhooks.cli import main
 from webhooks.clock import schedule
@@ -42,7 +43,7 @@ def _handlers(settings: Settings) -> None:
 
 def audit(settings: Settings, *args: str, **env: str) -> Result:
     environment = {"DATABASE_URL": settings.database_url, "BROKER_URL": settings.broker_url,
-                   **env}
+                   "WEBHOOK_HANDLERS": ",".join(TEST_APPS), **env}
     return CliRunner().invoke(main, ["audit", *args], env=environment)
 
 

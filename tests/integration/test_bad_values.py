@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ BAD_VALUES: dict[str, str] = {
     "WEBHOOK_HANDLERS": "no.such.module",
     "WEB_CONCURRENCY": "x",
     "WEB_THREADS": "0",
+    "WEB_BODY_BUDGET_BYTES": "64M",
     "WORKER_METRICS_PORT": "abc",
     "WORKER_METRICS_HOST": "not-an-address",
     "LOG_FORMAT": "xml",
@@ -148,3 +150,34 @@ def _check_refused(variable: str, values: dict[str, str], process: str, tmp_path
 def test_a_notification_webhook_without_its_secret_stops_the_process(tmp_path: Path) -> None:
     _check_refused("NOTIFY_WEBHOOK_SECRET", {"NOTIFY_WEBHOOK_URL": "https://hooks.example.com/x"},
                    "worker", tmp_path)
+
+
+@pytest.mark.parametrize(("variable", "url", "password"), [
+    ("DATABASE_URL", "postgresql://app:Xy7/Qz9#k@db.internal:5432/app", "Xy7/Qz9#k"),
+    ("DATABASE_URL", "postgresql://user:S3cretPw/db", "S3cretPw"),  # "@host" forgotten
+    ("DATABASE_URL", "postgresql://app:Pw9?x=1@db.internal/app", "Pw9?x=1"),
+    ("DATABASE_URL", "postgresql://app:Zq[8@db.internal/app", "Zq[8"),
+    ("DATABASE_URL", "postgresql://app:Pw%ZZ@db.internal:99999/app", "Pw%ZZ"),
+    ("DATABASE_URL", "app:Hk2pass@db.internal/app", "Hk2pass"),  # no scheme
+    ("BROKER_URL", "redis://:Rd5/Pw@cache.internal:6379/0", "Rd5/Pw"),
+    ("NOTIFY_SLACK_WEBHOOK_URL", "https://hooks.slack.com:T0K3N/services/x", "T0K3N"),
+])
+def test_a_bad_url_names_its_variable_and_never_a_part_of_its_password(
+        variable: str, url: str, password: str, tmp_path: Path) -> None:
+    """An unencoded `/`, `#` or `?` in a password (a common paste mistake) makes the
+    URL's port or host unreadable. The one line goes to the platform's logs: it says what
+    is wrong and hints at the encoding, but quotes no part of the URL's login (urllib's
+    message would: "Port could not be cast to integer value as 'Xy7'")."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OTEL_", "CONSOLE_", "WEBHOOK", "WEB_", "WORKER_"))}
+    env.update({"DATABASE_URL": "postgresql://u@127.0.0.1:1/db",
+                "BROKER_URL": "redis://127.0.0.1:1/0", "PYTHONPATH": str(ROOT), variable: url})
+    result = subprocess.run([sys.executable, "-m", "webhooks", "migrate"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"webhooks: {variable}: "), lines
+    output = result.stdout + result.stderr
+    for part in {password, *(piece for piece in re.split(r"[/#?\[%=]", password)
+                             if len(piece) >= 3)}:
+        assert part not in output, (part, output)

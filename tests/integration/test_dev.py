@@ -8,11 +8,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
+import redis
 import sqlalchemy as sa
 
 from shared import db
@@ -91,3 +94,37 @@ def _listening_addresses(port: int) -> set[str]:
     """The local addresses on which something listens on port."""
     return {conn.laddr.ip for conn in psutil.net_connections(kind="inet")
             if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port}
+
+
+def test_the_embedded_redis_in_a_long_path_starts_and_leaves_nothing_outside(
+        tmp_path: Path) -> None:
+    """A project folder whose `.webhooks/redis.sock` is longer than a unix socket's path can
+    be (108 bytes): the kernel would cut it, and the socket land in another folder. The
+    socket goes to a private 0700 folder of its own instead, as the embedded Postgres's
+    does, which is removed at stop; nothing is written outside `.webhooks/` but that."""
+    parent = tmp_path / "projects"
+    parent.mkdir()
+    project = parent / ("a-long-project-name-" * 7)[:130 - len(str(parent)) - 1]
+    assert len(str(project)) == 130
+    data_dir = project / ".webhooks"
+    data_dir.mkdir(parents=True, mode=0o700)
+    assert len(str(embedded.broker_socket(data_dir))) > embedded.SOCKET_PATH_MAX
+
+    def outside() -> set[str]:
+        return ({str(path) for path in tmp_path.rglob("*") if data_dir not in path.parents}
+                | {str(path) for path in Path(tempfile.gettempdir()).glob("webhooks-redis-*")})
+
+    before = outside()
+    try:
+        url = embedded.start_broker(data_dir)
+        assert embedded.running_broker_url(data_dir) == url
+        client = redis.Redis.from_url(url)
+        assert client.ping() and client.set("k", "v") and client.get("k") == b"v"
+        client.close()
+        [folder] = {Path(path) for path in outside() - before}
+        assert folder.name.startswith("webhooks-redis-")
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    finally:
+        embedded.stop_broker(data_dir)
+    assert embedded.running_broker_url(data_dir) is None
+    assert outside() == before

@@ -106,7 +106,8 @@ def test_show_and_the_console_show_the_ledgers_sections_only_for_stripe(
     assert "ledger_entries" not in json.loads(show("github", "gh_push_1", "--json"))
 
     app = Flask(__name__)
-    app.register_blueprint(create_blueprint(clean_db, ConsoleSettings(password=PASSWORD)))
+    app.register_blueprint(create_blueprint(clean_db, ConsoleSettings(password=PASSWORD),
+                                            hook_modules=("webhooks.ledger",)))
     client = app.test_client()
     page = client.get(f"/events/stripe/{invoice['id']}", headers=basic()).get_data(as_text=True)
     assert "<h2>Ledger entries</h2>" in page and "<h2>Subscription</h2>" in page

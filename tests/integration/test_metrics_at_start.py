@@ -96,10 +96,10 @@ def has_sample(family: Metric | None, name: str, **labels: str) -> bool:
 
 
 def audit_checks(env: dict[str, str]) -> set[str]:
-    """The core's audit checks, asked of a fresh interpreter (this one holds the checks
-    other tests registered); an app's show from the clock's first audit (the web loads
-    no handler module)."""
-    code = ("import json; from shared import audit; "
+    """The checks the clock's audit runs with this environment (the core's and the named
+    apps'), asked of a fresh interpreter (this one runs the tests' apps)."""
+    code = ("import json; from shared import audit, hooks; from shared.settings import "
+            "Settings; hooks.load(Settings.from_env().handler_modules); "
             "print(json.dumps([name for name, _ in audit.checks(None, audit.DEFAULT_STALE)]))")
     result = subprocess.run([sys.executable, "-c", code], env=env, cwd=processes.ROOT,
                             capture_output=True, text=True, timeout=60, check=True)
@@ -159,7 +159,7 @@ def test_every_family_rules_and_panels_read_is_on_web_metrics_from_its_start(
 
     # The audit's checks, each at 0 before any audit has run.
     checks = audit_checks({**os.environ, **env})
-    assert len(checks) >= 3
+    assert len(checks) >= 4  # the core's three and the reference app's
     audited = families.get("webhooks_audit_violations")
     assert audited is not None, "webhooks_audit_violations is not on /metrics at start"
     shown = {sample.labels["check"]: sample.value for sample in audited.samples}

@@ -84,7 +84,8 @@ def test_each_channel_gets_the_notification_once(clean_db, channels, fakes, post
     [slack] = fakes.received("slack")
     text = slack.json["text"]
     assert "job.failed" in text and "stripe" in text and "InvalidEvent" in text
-    assert "https://console.example.com/events?source=stripe&status=failed" in text
+    # Slack's escaping (test_slack_text_from_data_is_escaped_as_slack_asks), which Slack undoes
+    assert "https://console.example.com/events?source=stripe&amp;status=failed" in text
     [hook] = fakes.received("webhook")
     [note] = rows(clean_db, "SELECT * FROM notifications")
     assert hook.webhook_id == note.id
@@ -207,3 +208,28 @@ def test_a_webhook_url_without_its_secret_or_a_bad_secret_stops_the_process() ->
                            "NOTIFY_WEBHOOK_SECRET": "not-a-secret"})
     assert Settings.from_env({"NOTIFY_WEBHOOK_URL": "https://hooks.example.com/x",
                               "NOTIFY_WEBHOOK_SECRET": SECRET}).notify_webhook_secret == SECRET
+
+
+def test_slack_text_from_data_is_escaped_as_slack_asks(clean_db, channels, fakes,  # type: ignore[no-untyped-def]
+                                                       postmark) -> None:
+    """Slack reads `<!channel>`, `<@U…>` and `<url|label>` in an incoming webhook's text:
+    `&`, `<` and `>` that came from data (an event id, an error) are sent as `&amp;`,
+    `&lt;` and `&gt;`, which Slack shows as the characters. The email and the webhook
+    carry the text as it is (plain text, JSON)."""
+    hostile = "evt_y/../<!channel> <https://evil.example/login|Open the console> &amp;"
+    error = "ThinFetchFailed: GET /v2/core/events/<!here> <https://evil.example|Open> & co"
+    record(clean_db, channels, Occurrence(Kind.JOB_FAILED, "stripe", "stripe",
+                                          samples=[f"job 414 ({hostile})"], error=error))
+    assert notify.dispatch_due(clean_db, channels).sent == 3
+    [slack] = fakes.received("slack")
+    text = slack.json["text"]
+    assert "<" not in text and ">" not in text
+    assert ("job 414 (evt_y/../&lt;!channel&gt; &lt;https://evil.example/login|Open the "
+            "console&gt; &amp;amp;)") in text
+    assert ("First error: ThinFetchFailed: GET /v2/core/events/&lt;!here&gt; "
+            "&lt;https://evil.example|Open&gt; &amp; co") in text
+    assert "https://console.example.com/events?source=stripe&amp;status=failed" in text
+    [message] = postmark.snapshot()["messages"]
+    assert hostile in message["TextBody"] and error in message["TextBody"]
+    [hook] = fakes.received("webhook")
+    assert hook.json["data"]["first_error"] == error

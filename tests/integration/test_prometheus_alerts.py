@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
-from worker import handlers, jobs
+from worker import jobs
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 PROMETHEUS = shutil.which("prometheus")
@@ -84,7 +84,6 @@ def test_a_job_that_fails_for_real_fires_webhook_jobs_failed(
             factories.insert_event_and_job(
                 clean_db, factories.stripe_event("invoice.paid", invoice))
             once = dataclasses.replace(settings, job_max_attempts=1)
-            handlers.load(once)
             assert jobs.process_batch(clean_db, once).failed == 1
 
             alerts = processes.wait_until(lambda: firing(base, "WebhookJobsFailed"),

@@ -423,6 +423,38 @@ def test_an_event_postgres_cannot_store_is_named_skipped_and_the_run_recorded(  
     assert (run.runs, run.failures) == (1, 1) and poison["event_id"] in run.last_error
 
 
+OSC = "\x1b]0;pwned\x07"  # sets a terminal's title; others make links or write files
+
+
+def test_the_reconcile_commands_failure_lines_escape_what_the_api_sent(  # type: ignore[no-untyped-def]
+        fake, recording, database_url, settings) -> None:
+    """An API's error body and a listed event's id are the API's text: the line that
+    `webhooks reconcile` prints on failure shows their control characters escaped
+    (shared/terminal.py `visible`), never raw."""
+    from click.testing import CliRunner
+
+    from webhooks.cli import main
+
+    env = {"DATABASE_URL": database_url, "BROKER_URL": settings.broker_url,
+           "PADDLE_API_KEY": PADDLE_KEY, "PADDLE_API_BASE": fake.url}
+    runner = CliRunner()
+    fake.state.refuse_body = f"{OSC}Paddle says: all good\x9b2J"
+    refused = runner.invoke(main, ["reconcile", "paddle"], env=env)
+    assert refused.exit_code == 1
+    assert "\x1b" not in refused.output and "\x07" not in refused.output
+    assert "\x9b" not in refused.output
+    assert "HTTP 400: \\x1b]0;pwned\\x07Paddle says: all good\\x9b2J" in refused.output
+    fake.state.refuse_body = None
+    poison = _paddle_event(0)
+    poison["event_id"] = f"evt_{OSC}RED"
+    poison["data"]["custom_data"] = {"note": "a\u0000b"}
+    fake.state.paddle_events = [poison, _paddle_event(1)]
+    skipped = runner.invoke(main, ["reconcile", "paddle"], env=env)
+    assert skipped.exit_code == 1
+    assert "\x1b" not in skipped.output and "\x07" not in skipped.output
+    assert "skipped, they cannot be stored: evt_\\x1b]0;pwned\\x07RED (" in skipped.output
+
+
 @pytest.mark.parametrize("provider", ["paddle", "github"])
 def test_a_pagination_link_to_another_host_gets_no_credentials(  # type: ignore[no-untyped-def]
         fake, recording, database_url, provider) -> None:

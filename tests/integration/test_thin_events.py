@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
@@ -161,16 +162,94 @@ def test_a_fetch_that_times_out_fails_the_attempt(
     assert rows(clean_db, "SELECT status, attempts FROM jobs") == [("done", 2)]
 
 
+CONN_SECRET = "whsec_thin_connect_secret"
+
+
+@pytest.fixture()
+def connect_settings(thin_settings: Settings) -> Settings:
+    """The platform's snapshot endpoint (`stripe`, not Connect) beside a Connect
+    destination of thin events (`stripe/conn`, STRIPE_CONN_CONNECT=1)."""
+    env = {"DATABASE_URL": thin_settings.database_url or "",
+           "BROKER_URL": thin_settings.broker_url or "", "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET,
+           "JOB_RETRY_BASE_SECONDS": "0", "JOB_MAX_ATTEMPTS": "5", "STRIPE_API_KEY": STRIPE_KEY,
+           "STRIPE_API_BASE": thin_settings.stripe_api_base, "STRIPE_SOURCES": "conn",
+           "STRIPE_CONN_WEBHOOK_SECRET": CONN_SECRET, "STRIPE_CONN_EVENTS": "thin",
+           "STRIPE_CONN_CONNECT": "1", "STRIPE_CONN_API_KEY": STRIPE_KEY}
+    return Settings.from_env(env)
+
+
 def test_a_connected_accounts_thin_event_is_fetched_with_its_context(
-        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings) -> None:
-    thin = thin_invoice_paid(fake, invoice("in_acct", customer="cus_conn"),
-                             event_id="evt_acct", context="acct_1Conn")
-    factories.insert_event_and_job(clean_db, thin)
-    jobs.process_batch(clean_db, thin_settings)
+        fake: FakeProviderApis, clean_db: Engine, connect_settings: Settings) -> None:
+    body = json.dumps(thin_invoice_paid(fake, invoice("in_acct", customer="cus_conn"),
+                                        event_id="evt_acct", context="acct_1Conn")).encode()
+    answer = create_app(connect_settings).test_client().post(
+        "/webhooks/stripe/conn", data=body,
+        headers={"Stripe-Signature": factories.stripe_signature(body, CONN_SECRET)})
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    assert rows(clean_db, "SELECT source, account FROM webhook_events") == [
+        ("conn", "acct_1Conn")]
+    jobs.process_batch(clean_db, connect_settings)
     assert fake.state.stripe_headers == [("/v2/core/events/evt_acct", "acct_1Conn", None),
                                          ("/v1/invoices/in_acct", "acct_1Conn", None)]
     assert rows(clean_db, "SELECT status FROM jobs") == [("done",)]
     assert rows(clean_db, "SELECT customer_id, amount FROM ledger_entries") == [("cus_conn", 2500)]
+
+
+def test_a_thin_events_context_counts_only_at_a_connect_source(
+        fake: FakeProviderApis, clean_db: Engine, connect_settings: Settings) -> None:
+    """At a source that is not Connect, the events are the platform's: a thin event's
+    `context` is neither recorded as its account nor sent as Stripe-Context (the platform's
+    key would act in that account), so the job fetches the platform's event, as the
+    source's own events are."""
+    paid = invoice("in_platform", customer="cus_platform")
+    full = provider_events.stripe_thin_event("v1.invoice.paid", paid, event_id="evt_ctx",
+                                             created=NOW)
+    fake.serve_stripe_v2(full, paid)
+    # Another account's invoice of the same id: what the context would have fetched.
+    fake.state.stripe_objects[("acct_someone_else", "/v1/invoices/in_platform")] = invoice(
+        "in_platform", customer="cus_someone_else", amount=999_999)
+    body = json.dumps({**provider_events.thin_payload(full),
+                       "context": "acct_someone_else"}).encode()
+    answer = create_app(connect_settings).test_client().post(
+        "/webhooks/stripe", data=body,
+        headers={"Stripe-Signature": factories.stripe_signature(body, STRIPE_SECRET)})
+    assert answer.status_code == 200
+    assert rows(clean_db, "SELECT source, account FROM webhook_events") == [("stripe", None)]
+    jobs.process_batch(clean_db, connect_settings)
+    assert fake.state.stripe_headers == [("/v2/core/events/evt_ctx", None, None),
+                                         ("/v1/invoices/in_platform", None, None)]
+    assert rows(clean_db, "SELECT status FROM jobs") == [("done",)]
+    assert rows(clean_db, "SELECT customer_id, amount FROM ledger_entries") == [
+        ("cus_platform", 2500)]
+
+
+@pytest.mark.parametrize("event_id", ["evt_thin_trav/../../../v1/customers/cus_victim",
+                                      "evt_thin_q?limit=3&types[]=x", "evt_thin_frag#x",
+                                      "evt_thin_pct%2F..%2Fx", "evt ok"])
+def test_a_thin_events_id_is_one_segment_of_its_fetch_path(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings,
+        event_id: str) -> None:
+    """The id is percent-encoded into the path: no dot segment, query or fragment of it
+    reaches Stripe as such, and the event is fetched by its id (Stripe decodes the
+    segment, as the fake does)."""
+    factories.insert_event_and_job(clean_db, thin_invoice_paid(fake, invoice("in_seg"),
+                                                               event_id=event_id))
+    jobs.process_batch(clean_db, thin_settings)
+    assert [path for path, _, _ in fake.state.stripe_headers] == [
+        "/v2/core/events/" + quote(event_id, safe=""), "/v1/invoices/in_seg"]
+    assert rows(clean_db, "SELECT status FROM jobs") == [("done",)]
+
+
+@pytest.mark.parametrize("event_id", ["..", "."])
+def test_a_thin_event_whose_id_is_a_dot_segment_fails_with_no_fetch(
+        fake: FakeProviderApis, clean_db: Engine, thin_settings: Settings,
+        event_id: str) -> None:
+    factories.insert_event_and_job(clean_db, thin_invoice_paid(fake, invoice("in_dots"),
+                                                               event_id=event_id))
+    jobs.process_batch(clean_db, thin_settings)
+    status, error = rows(clean_db, "SELECT status, last_error FROM jobs")[0]
+    assert status == "failed" and "cannot be fetched" in error
+    assert fake.state.stripe_headers == []
 
 
 def carriers(fake: FakeProviderApis, invoice_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -286,14 +365,14 @@ DEST_NEW, DEST_OLD = "whsec_destination_new", "whsec_destination_old"
 
 @pytest.fixture()
 def destination(thin_settings: Settings, fake: FakeProviderApis) -> Settings:
-    """The platform's snapshot endpoint (`stripe`) beside a thin-event destination
-    (`stripe/dest`) whose secret is being rotated (new, old)."""
+    """The platform's snapshot endpoint (`stripe`) beside a thin-event destination of
+    connected accounts (`stripe/dest`, Connect) whose secret is being rotated (new, old)."""
     return Settings.from_env({
         "DATABASE_URL": thin_settings.database_url or "",
         "BROKER_URL": thin_settings.broker_url or "", "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET,
         "JOB_RETRY_BASE_SECONDS": "0", "STRIPE_API_BASE": fake.url, "STRIPE_SOURCES": "dest",
         "STRIPE_DEST_WEBHOOK_SECRET": f"{DEST_NEW},{DEST_OLD}", "STRIPE_DEST_EVENTS": "thin",
-        "STRIPE_DEST_API_KEY": STRIPE_KEY})
+        "STRIPE_DEST_API_KEY": STRIPE_KEY, "STRIPE_DEST_CONNECT": "1"})
 
 
 def deliver(settings: Settings, path: str, body: bytes, secret: str,

@@ -19,7 +19,8 @@ from tests.conftest import STRIPE_SECRET
 
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:
     return {"DATABASE_URL": settings.database_url or "", "BROKER_URL": settings.broker_url or "",
-            "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET, "WEBHOOK_HANDLERS": "tests.handlers_for_tests",
+            "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET,
+            "WEBHOOK_HANDLERS": "webhooks.ledger,tests.handlers_for_tests",
             "SWEEP_INTERVAL_SECONDS": "1", "JOB_RETRY_BASE_SECONDS": "0.2", **extra}
 
 

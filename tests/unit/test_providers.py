@@ -715,11 +715,14 @@ def test_a_thin_source_verifies_under_each_secret_and_keeps_the_body_as_sent() -
             b'"related_object": {"id": "in_1", "type": "invoice", "url": "/v1/invoices/in_1"}, '
             b'"amount_decimal": "12.50"}')
     headers = {"Stripe-Signature": f"t={NOW},v1={_hmac(THIN_KEY, f'{NOW}.'.encode() + body).hex()}"}
-    rotated = replace(_thin_source(), secrets=("whsec_newer", THIN_KEY))
+    rotated = replace(_thin_source(), secrets=("whsec_newer", THIN_KEY), connect=True)
     delivery = stripe.verify(body, headers, rotated, TOLERANCE, NOW)
     assert (delivery.event_id, delivery.event_type, delivery.secret_index) == (
         "evt_thin", "v1.invoice.paid", 1)
     assert (delivery.account, delivery.livemode) == ("acct_1", True)
     assert delivery.payload == json.loads(body)
+    # At a source that is not Connect, the context is no account (the payload is kept).
+    platform = stripe.verify(body, headers, replace(rotated, connect=False), TOLERANCE, NOW)
+    assert (platform.account, platform.payload) == (None, json.loads(body))
     with pytest.raises(InvalidSignature):
         stripe.verify(body, headers, replace(rotated, secrets=("whsec_other",)), TOLERANCE, NOW)

@@ -14,9 +14,8 @@ from typing import Any
 from sqlalchemy import text
 
 from shared.errors import WebhooksError
+from shared.handlers import Handler, JobContext, handler
 from webhooks.ledger import emails
-from webhooks.ledger import hooks as _hooks  # noqa: F401  (its lock key, effects, audit checks)
-from worker.handlers import JobContext, find, handler
 
 # Locks the account row first (ON CONFLICT DO UPDATE takes the row lock), so every
 # transaction touching a customer's money takes that customer's lock before anything else.
@@ -220,9 +219,19 @@ def apply_ungenerated_event(ctx: JobContext) -> str:
     credited once, whether or not its own event arrives later)."""
     impact = ctx.payload.get("impact") or {}
     event_type = str(impact.get("event_type") or "")
-    apply = find("stripe", event_type)
-    outcome = apply(ctx) if apply is not None and apply is not apply_ungenerated_event else None
+    apply = UNGENERATED.get(event_type)
+    outcome = apply(ctx) if apply is not None else None
     ctx.notify("stripe.event_generation_failed",
                object_id=str(impact.get("related_object_id") or ""), event_type=event_type,
                account=impact.get("account"))
     return f"{event_type}: {outcome or 'no effect'}"
+
+
+# The ledger's handlers of the events Stripe can fail to generate, by the type an impact
+# names: this app's own, whatever other apps handle those types.
+UNGENERATED: dict[str, Handler] = {
+    event_type: credit_invoice
+    for event_type in ("invoice.paid", "invoice.payment_succeeded", "v1.invoice.paid")} | {
+    "charge.refunded": debit_refund, "invoice.payment_failed": notify_payment_failed} | {
+    f"customer.subscription.{change}": upsert_subscription
+    for change in ("created", "updated", "deleted")}

@@ -1,5 +1,7 @@
-"""The ledger's tables, on the core's MetaData: the migrations in alembic/versions/ create
-them and `alembic check` compares them (alembic/env.py imports this module). The
+"""The ledger's tables, on a MetaData of the app's own (`metadata`, with the core's naming
+convention): the app's migration history (webhooks/ledger/migrations/, MIGRATIONS in
+webhooks/ledger/__init__.py) creates them, and `webhooks migrate --check` compares them with
+the database (the core's `alembic check` compares only the core's tables). The
 constraint that carries the ledger's guarantee:
 
 - ledger_entries UNIQUE (entry_key): one ledger effect per business fact (an invoice is
@@ -15,13 +17,17 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Identity,
     Index,
+    MetaData,
     PrimaryKeyConstraint,
     Table,
     Text,
     UniqueConstraint,
 )
 
-from shared.models import NOW, metadata
+from shared.models import NOW
+from shared.models import metadata as core
+
+metadata = MetaData(naming_convention=core.naming_convention)
 
 accounts = Table(
     "accounts",

@@ -1,0 +1,147 @@
+"""The handler registration API: a handler is a function of one JobContext, registered for
+a provider and one or more event types (or "*" for every type of that provider):
+
+    from webhooks import JobContext, handler
+
+    @handler("github", "push")
+    def count_push(ctx: JobContext) -> None:
+        ctx.conn.execute(...)   # the job's own transaction: commit together or not at all
+        ctx.fetch(statement, params)  # the same, straight through the driver: cheaper
+
+It runs inside the job's transaction, on ctx.conn: every write it makes commits together
+with the job's `done` mark, or not at all. It must not open its own connection or call
+other services; to email, call ctx.queue_email() (an outbox row in the same transaction).
+Raise an exception to fail the attempt (retried with backoff up to JOB_MAX_ATTEMPTS), or
+PermanentJobError to fail the job at once. Return a short outcome string, or None.
+
+A handler belongs to the app whose module registered it (shared/hooks.py): it runs where
+that app runs. Several apps may handle one event type: each one's handler runs in the
+job's transaction, in the apps' order, and the job's outcome names each (worker/jobs.py).
+Within one module, one type has one handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import TextClause
+from sqlalchemy.engine import Connection
+
+from shared import db, hooks, notifications, queries, tracing
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["JobContext"], "str | None"]
+_registry: dict[tuple[str, str], list[Handler]] = {}
+ANY_TYPE = "*"
+
+
+@dataclass
+class JobContext:
+    """What a handler is given: the job's transaction and the event it applies."""
+
+    conn: Connection
+    """The job's transaction: every write commits with the job's `done` mark, or not at all.
+    Never commit or roll it back yourself."""
+    settings: Settings
+    """The process's settings (shared/settings.py)."""
+    job_id: int
+    """The job's id (`webhooks show`, the console)."""
+    provider: str
+    """`stripe`, `paddle`, `shopify`, `github`, `slack` or `standard`."""
+    event_id: str
+    """The provider's event id (GitHub's and Shopify's delivery id header)."""
+    event_type: str
+    """The provider's event type (`invoice.paid`, GitHub's `X-GitHub-Event`, ...)."""
+    payload: dict[str, Any]
+    """The event's JSON as received (a Stripe thin event's: the fetched event, shaped as a
+    snapshot event, worker/thin_events.py)."""
+    source: str = ""
+    """The source that delivered or reconciled it first: the provider's name for its default
+    source, `connect` for `/webhooks/stripe/connect` ("" when built without one: the
+    provider's)."""
+    account: str | None = None
+    """Stripe: the connected account of a Connect endpoint's event; None elsewhere."""
+    livemode: bool | None = None
+    """Stripe: the event's `livemode`; None elsewhere."""
+    emails_queued: int = field(default=0)
+    """How many emails this handler queued (queue_email returned True)."""
+    notifications: list[notifications.Occurrence] = field(default_factory=list)
+    """What the handler reported with notify(), recorded with the job's done mark."""
+
+    def __post_init__(self) -> None:
+        self.source = self.source or self.provider
+
+    def fetch(self, statement: TextClause, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Run a text() statement in the job's transaction and return its first row (a
+        tuple) or None: ctx.conn.execute(statement, params).first() for less CPU (it goes
+        straight through the driver), for handlers on a hot path."""
+        return db.fetch_in(self.conn, statement, params)
+
+    def queue_email(
+        self, *, key: str, kind: str, to: str, subject: str, text_body: str, html_body: str
+    ) -> bool:
+        """Queue one email in the job's transaction; the outbox sends it through Postmark
+        once per `key` after the job commits. False if the key exists (queued before, by
+        this event or another: an idempotency key names the business fact, such as
+        `receipt:<invoice id>`). `kind`: a short label for the console and metrics
+        (`receipt`); `to`: the recipient's address; `subject`, `text_body` and `html_body`:
+        the email as sent."""
+        row = self.fetch(
+            queries.OutboxInsert,
+            {"key": key, "kind": kind, "to_address": to, "subject": subject,
+             "text_body": text_body, "html_body": html_body, "provider": self.provider,
+             "event_id": self.event_id, "trace_context": tracing.traceparent()},
+        )
+        if row is not None:
+            self.emails_queued += 1
+        return row is not None
+
+    def notify(self, kind: str, *, count: int = 1, error: str | None = None,
+               **details: Any) -> None:
+        """Record a notification of `kind` (one of shared.models.NotificationKind) for
+        this event's source, in the job's transaction: it commits with the job's done
+        mark, or not at all. `details` (JSON values) go into the message."""
+        self.notifications.append(notifications.Occurrence(
+            notifications.Kind(kind), self.provider, self.source, count=count,
+            samples=[self.event_id], error=error, extra=details))
+
+
+def handler(provider: str, *event_types: str) -> Callable[[Handler], Handler]:
+    """Register the decorated function for provider and each of event_types ("*": every
+    type of that provider that its app has no handler of its own for)."""
+    if not event_types:
+        raise TypeError("handler() needs at least one event type (or '*')")
+
+    def register(function: Handler) -> Handler:
+        for event_type in event_types:
+            registered_ = _registry.setdefault((provider, event_type), [])
+            if any(other.__module__ == function.__module__ and other is not function
+                   for other in registered_):
+                raise ValueError(f"a handler for {provider} {event_type} is already "
+                                 f"registered in {function.__module__}")
+            if function not in registered_:
+                registered_.append(function)
+        return function
+
+    return register
+
+
+def for_event(provider: str, event_type: str) -> list[tuple[str, Handler]]:
+    """(app, handler) of each running app that handles this type, in the apps' order: its
+    handler of this very type, else its "*" handler."""
+    exact = hooks.in_app_order(_registry.get((provider, event_type), ()))
+    apps = {hooks.app_of(function) for function in exact}
+    wildcard = [function for function in hooks.in_app_order(_registry.get((provider, ANY_TYPE), ()))
+                if hooks.app_of(function) not in apps]
+    return [(str(hooks.app_of(function)), function)
+            for function in hooks.in_app_order([*exact, *wildcard])]
+
+
+def registered(provider: str, event_type: str) -> bool:
+    """Whether a running app's handler names this very type (not through "*")."""
+    return bool(hooks.in_app_order(_registry.get((provider, event_type), ())))

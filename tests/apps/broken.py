@@ -1,0 +1,3 @@
+"""An app module that fails to import, as a typo in a team's module would."""
+
+RATE = 1 / 0
