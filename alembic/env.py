@@ -16,9 +16,9 @@ from logging.config import fileConfig
 import sqlalchemy as sa
 from alembic import context
 
-from shared.db import database_url
-from shared.models import metadata
-from shared.settings import Settings
+from webhooks.shared.db import database_url
+from webhooks.shared.models import metadata
+from webhooks.shared.settings import Settings
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):

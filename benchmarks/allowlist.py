@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ingest.allowlist import Allowlist
+from webhooks.ingest.allowlist import Allowlist
 
 STRIPE_WEBHOOK_IPS = (  # https://stripe.com/files/ips/ips_webhooks.txt
     "3.18.12.63", "3.130.192.231", "13.235.14.237", "13.235.122.149", "18.211.135.69",
@@ -89,7 +89,7 @@ def measure_checks(number: int, rounds: int) -> list[dict[str, Any]]:
 
 def _count_secret(provider: str, index: int) -> None:
     """What the ingest adds to each verified delivery for the rotation counter."""
-    from shared import metrics
+    from webhooks.shared import metrics
 
     metrics.signature_verified.labels(provider, str(index + 1)).inc()
 
@@ -112,10 +112,10 @@ APP_VARIANTS: tuple[tuple[str, dict[str, str], str, str | None, int], ...] = (
 def _client(env: dict[str, str]) -> Any:
     import logging
 
-    from ingest.app import create_app
-    from shared.settings import Settings
+    from webhooks.ingest.app import create_app
+    from webhooks.shared.settings import Settings
 
-    logging.getLogger("ingest.webhooks").setLevel(logging.WARNING)  # no log I/O measured
+    logging.getLogger("webhooks.ingest.webhooks").setLevel(logging.WARNING)  # no log I/O measured
     settings = Settings.from_env({
         "DATABASE_URL": "postgresql://bench@127.0.0.1:9/unused",
         "BROKER_URL": "redis://127.0.0.1:9/0",

@@ -27,8 +27,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from benchmarks import report, stack
-from shared import audit, hooks, queries
 from tests.fakes import provider_events
+from webhooks.shared import audit, hooks, queries
 
 DATABASE = "webhooks_bench_audit"
 CUSTOMERS = 20_000

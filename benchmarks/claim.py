@@ -21,9 +21,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks import stack
-from shared import pausing, queries
-from shared.db import driver_sql
-from shared.models import ALL_SOURCES
+from webhooks.shared import pausing, queries
+from webhooks.shared.db import driver_sql
+from webhooks.shared.models import ALL_SOURCES
 
 # The claim as it was before pausing existed: the same statement without the filter.
 UNFILTERED = sa.text(str(queries.JobClaimDue.text).replace(

@@ -86,12 +86,12 @@ def _flask_floor() -> Any:
 
 
 def measure(requests: int) -> dict[str, float]:
-    from ingest import webhooks
-    from ingest.app import create_app
-    from shared import metrics, providers
-    from shared.logs import configure_logging
-    from shared.recording import record_event
-    from shared.settings import Settings
+    from webhooks.ingest import webhooks
+    from webhooks.ingest.app import create_app
+    from webhooks.shared import metrics, providers
+    from webhooks.shared.logs import configure_logging
+    from webhooks.shared.recording import record_event
+    from webhooks.shared.settings import Settings
 
     settings = Settings.from_env()
     configure_logging(settings)

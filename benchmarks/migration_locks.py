@@ -28,8 +28,8 @@ from alembic.config import Config
 from sqlalchemy.engine import Engine
 
 from benchmarks import load, report, stack
-from shared import recording
-from shared.db import sqlalchemy_url
+from webhooks.shared import recording
+from webhooks.shared.db import sqlalchemy_url
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("webhook_events", "jobs")

@@ -26,11 +26,11 @@ import time
 import sqlalchemy as sa
 
 from benchmarks import stack
-from shared import notifications
-from shared.errors import PermanentJobError
-from shared.settings import Settings
-from worker import handlers, jobs
-from worker.handlers import JobContext, handler
+from webhooks import JobContext, handler
+from webhooks.shared import handlers, notifications
+from webhooks.shared.errors import PermanentJobError
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 BATCH = 50
 

@@ -27,8 +27,8 @@ import sqlalchemy as sa
 from flask import Flask
 
 from benchmarks import stack
-from shared import overview
 from webhooks.console import ConsoleSettings, create_blueprint
+from webhooks.shared import overview
 
 PASSWORD = "benchmark-console-password"
 

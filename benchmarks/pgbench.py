@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks.load import percentile
-from shared import queries
+from webhooks.shared import queries
 
 HERE = Path(__file__).resolve().parent
 PGBENCH_PATHS = ("/usr/lib/postgresql/15/bin/pgbench", "/usr/lib/postgresql/16/bin/pgbench")

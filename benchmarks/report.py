@@ -296,13 +296,13 @@ def server_candidates() -> dict[str, tuple[list[str], dict[str, str]]]:
         kind = "sync" if threads == 1 else "gthread"
         candidates[f"gunicorn {kind} w{workers}x{threads}"] = (
             [gunicorn, "--worker-class", kind, "--workers", str(workers), "--threads",
-             str(threads), "--bind", "127.0.0.1:$PORT", "ingest.server:app()"], metrics)
+             str(threads), "--bind", "127.0.0.1:$PORT", "webhooks.ingest.server:app()"], metrics)
     for workers, threads in ((1, 8), (2, 1), (2, 2), (2, 4), (2, 8), (3, 2), (3, 4), (4, 1),
                              (4, 4)):
         candidates[f"granian wsgi w{workers}x{threads}"] = (
             [granian, "--interface", "wsgi", "--factory", "--host", "127.0.0.1",
              "--port", "$PORT", "--workers", str(workers), "--blocking-threads", str(threads),
-             "--no-ws", "--log-level", "warning", "ingest.server:app"], metrics)
+             "--no-ws", "--log-level", "warning", "webhooks.ingest.server:app"], metrics)
     wanted = os.environ.get("BENCH_SERVERS")  # a regular expression, to run a few
     return {k: v for k, v in candidates.items() if not wanted or re.search(wanted, k)}
 

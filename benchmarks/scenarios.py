@@ -225,9 +225,9 @@ def _worker_concurrency(args: tuple[str, ...]) -> int:
 
 def _sweep_once(target: stack.Target) -> None:
     """What the clock does when it finds due jobs: enqueue wake-ups for them."""
-    from shared import wakeups
-    from shared.settings import Settings
     from webhooks.clock.sweep import sweep
+    from webhooks.shared import wakeups
+    from webhooks.shared.settings import Settings
 
     settings = Settings.from_env(target.env)
     engine = target.engine()

@@ -49,9 +49,9 @@ from sqlalchemy.engine import Connection, Engine
 
 from benchmarks import pgbench, stack
 from benchmarks.load import percentile
-from shared import events, queries
-from shared.events import EventFilter
-from shared.models import (
+from webhooks.shared import events, queries
+from webhooks.shared.events import EventFilter
+from webhooks.shared.models import (
     EVENT_SEARCH_DOCUMENT,
     SEARCH_PENDING_LIST_KB,
     JobStatus,

@@ -48,8 +48,8 @@ def _named_env() -> dict[str, str]:
 
 def _run(env: dict[str, str], path: str, secret: str, run: str, requests: int,
          thin: bool = False) -> float:
-    from ingest.app import create_app
-    from shared.settings import Settings
+    from webhooks.ingest.app import create_app
+    from webhooks.shared.settings import Settings
 
     app = create_app(Settings.from_env({**os.environ, **env}))
     calls = [_wsgi_call(app, _environ(path, body, headers))
@@ -59,8 +59,8 @@ def _run(env: dict[str, str], path: str, secret: str, run: str, requests: int,
 
 
 def measure(requests: int, rounds: int) -> dict[str, list[float]]:
-    from shared.logs import configure_logging
-    from shared.settings import Settings
+    from webhooks.shared.logs import configure_logging
+    from webhooks.shared.settings import Settings
 
     configure_logging(Settings.from_env())
     stream = open(os.devnull, "w")

@@ -47,7 +47,7 @@ class Target:
                 "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET, "WEBHOOK_HANDLERS": "webhooks.ledger"}
 
     def engine(self) -> Engine:
-        from shared.db import sqlalchemy_url
+        from webhooks.shared.db import sqlalchemy_url
 
         return sa.create_engine(sqlalchemy_url(self.database_url), pool_size=2)
 
@@ -63,7 +63,7 @@ def add_server_options(parser: argparse.ArgumentParser, broker_db: int) -> None:
 def prepare(admin_url: str, name: str, broker_url: str, logs: Path,
             code: Path = ROOT) -> Target:
     """(Re)create database `name` next to admin_url's, migrate it, empty the broker db."""
-    from shared.db import sqlalchemy_url
+    from webhooks.shared.db import sqlalchemy_url
 
     admin = sa.create_engine(sqlalchemy_url(admin_url), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -407,7 +407,7 @@ def load_average() -> str:
 
 
 def drop(admin_url: str, name: str) -> None:
-    from shared.db import sqlalchemy_url
+    from webhooks.shared.db import sqlalchemy_url
 
     admin = sa.create_engine(sqlalchemy_url(admin_url), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:

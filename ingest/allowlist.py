@@ -20,8 +20,8 @@ import ipaddress
 import socket
 from collections.abc import Iterable
 
-from shared.errors import SourceNotAllowed
-from shared.settings import IPNetwork, Settings
+from webhooks.shared.errors import SourceNotAllowed
+from webhooks.shared.settings import IPNetwork, Settings
 
 _MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")  # IPv4-mapped IPv6 addresses
 _MAPPED_PREFIX = 0xFFFF  # the value of an IPv4-mapped address shifted right by 32 bits

@@ -9,10 +9,10 @@ from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from ingest import allowlist, health, webhooks
-from ingest.waker import Waker
-from shared import db, tracing
-from shared.settings import Settings
+from webhooks.ingest import allowlist, health, webhooks
+from webhooks.ingest.waker import Waker
+from webhooks.shared import db, tracing
+from webhooks.shared.settings import Settings
 
 
 def create_app(settings: Settings | None = None, *, threads: int | None = None) -> Flask:

@@ -40,9 +40,9 @@ from typing import Any
 
 from flask import Flask
 
-from ingest import webhooks
-from shared import metrics
-from shared.errors import BodyTimeout, InvalidPayload, PayloadTooLarge, RejectedDelivery
+from webhooks.ingest import webhooks
+from webhooks.shared import metrics
+from webhooks.shared.errors import BodyTimeout, InvalidPayload, PayloadTooLarge, RejectedDelivery
 
 # A body must arrive within this long of the request's headers. A provider's delivery is
 # a few kilobytes sent at once; MAX_BODY_BYTES at a slow client's pace fits well within it.

@@ -13,10 +13,10 @@ from typing import Any
 import sqlalchemy as sa
 from flask import Blueprint, Response, current_app, jsonify
 
-from shared import audit, metrics, overview, pausing, providers, queries, reconciliation
-from shared.models import SWEEP_HEARTBEAT, EmailStatus, JobStatus, NotificationStatus
-from shared.settings import Settings
-from shared.sources import Source
+from webhooks.shared import audit, metrics, overview, pausing, providers, queries, reconciliation
+from webhooks.shared.models import SWEEP_HEARTBEAT, EmailStatus, JobStatus, NotificationStatus
+from webhooks.shared.settings import Settings
+from webhooks.shared.sources import Source
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("health", __name__)

@@ -11,10 +11,10 @@ from typing import Any
 
 from granian.constants import Interfaces
 
-from shared import wsgi_server
-from shared.settings import Settings
+from webhooks.shared import wsgi_server
+from webhooks.shared.settings import Settings
 
-APP = "ingest.server:app"
+APP = "webhooks.ingest.server:app"
 # How serve() tells the server processes (forked, with this environment) their threads.
 THREADS_VARIABLE = "WEB_THREADS"
 # A connection is closed when it has not sent a whole request head within this long of
@@ -39,9 +39,9 @@ log = logging.getLogger(__name__)
 def app() -> Any:
     """The app as each server process builds it (granian imports this, factory=True): the
     Flask app behind the front that reads bodies off the app's threads (ingest.front)."""
-    from ingest.app import create_app
-    from ingest.front import Front
-    from shared.logs import configure_logging
+    from webhooks.ingest.app import create_app
+    from webhooks.ingest.front import Front
+    from webhooks.shared.logs import configure_logging
 
     settings = Settings.from_env()
     configure_logging(settings)
@@ -49,7 +49,7 @@ def app() -> Any:
 
 
 def serve(settings: Settings, workers: int, threads: int, host: str) -> None:
-    from shared.logs import configure_logging
+    from webhooks.shared.logs import configure_logging
 
     configure_logging(settings)
     os.environ[THREADS_VARIABLE] = str(threads)  # the app's pool: a connection per thread

@@ -21,8 +21,8 @@ import time
 
 import dramatiq
 
-from shared import metrics, wakeups
-from shared.settings import Settings
+from webhooks.shared import metrics, wakeups
+from webhooks.shared.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -28,19 +28,19 @@ import psycopg
 import sqlalchemy as sa
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from ingest.allowlist import Allowlist
-from shared import metrics, providers, tracing
-from shared.errors import (
+from webhooks.ingest.allowlist import Allowlist
+from webhooks.shared import metrics, providers, tracing
+from webhooks.shared.errors import (
     DatabaseUnavailable,
     InvalidPayload,
     PayloadTooLarge,
     ProviderNotConfigured,
     RejectedDelivery,
 )
-from shared.providers.base import Delivery
-from shared.recording import Origin, Recorded, record_event
-from shared.settings import Settings
-from shared.sources import Source
+from webhooks.shared.providers.base import Delivery
+from webhooks.shared.recording import Origin, Recorded, record_event
+from webhooks.shared.settings import Settings
+from webhooks.shared.sources import Source
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("webhooks", __name__)

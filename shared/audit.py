@@ -28,9 +28,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, hooks, notifications, queries
-from shared.hooks import Finding, Violation
-from shared.settings import Settings
+from webhooks.shared import db, hooks, notifications, queries
+from webhooks.shared.hooks import Finding, Violation
+from webhooks.shared.settings import Settings
 
 DEFAULT_STALE = timedelta(minutes=15)
 CLOCK_LOCK = "webhooks:audit"  # one clock at a time runs it (queries.ClockTryLock)

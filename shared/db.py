@@ -15,9 +15,9 @@ from psycopg.rows import class_row
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 
-from shared.deadlines import DEADLINES
-from shared.errors import DatabaseUnavailable
-from shared.settings import Settings, database_hosts
+from webhooks.shared.deadlines import DEADLINES
+from webhooks.shared.errors import DatabaseUnavailable
+from webhooks.shared.settings import Settings, database_hosts
 
 T = TypeVar("T")
 Row = TypeVar("Row")

@@ -20,8 +20,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from shared import hooks, payloads
-from shared.models import (
+from webhooks.shared import hooks, payloads
+from webhooks.shared.models import (
     ALL_SOURCES,
     EmailStatus,
     JobStatus,

@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, queries
+from webhooks.shared import db, queries
 
 
 @dataclass(frozen=True)

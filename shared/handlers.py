@@ -30,8 +30,8 @@ from typing import Any
 from sqlalchemy import TextClause
 from sqlalchemy.engine import Connection
 
-from shared import db, hooks, notifications, queries, tracing
-from shared.settings import Settings
+from webhooks.shared import db, hooks, notifications, queries, tracing
+from webhooks.shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,11 @@ def for_event(provider: str, event_type: str) -> list[tuple[str, Handler]]:
                 if hooks.app_of(function) not in apps]
     return [(str(hooks.app_of(function)), function)
             for function in hooks.in_app_order([*exact, *wildcard])]
+
+
+def load(settings: Settings) -> tuple[str, ...]:
+    """Import the apps the settings name and run them (shared.hooks.load)."""
+    return hooks.load(settings.handler_modules)
 
 
 def registered(provider: str, event_type: str) -> bool:

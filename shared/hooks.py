@@ -1,7 +1,7 @@
 """Apps: what an app registers, and which apps run. The core knows no app's tables or
 payloads: it asks these hooks, and the handlers (shared/handlers.py).
 
-    from shared.hooks import Column, Finding, LockKey, Section, audit_check, effects, lock_key
+    from webhooks import Column, Finding, LockKey, Section, audit_check, effects, lock_key
 
     @lock_key("stripe")          # a batch's order and try-locks (worker/jobs.py)
     def customer(payload) -> LockKey | None: ...
@@ -42,7 +42,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from shared.errors import AppConflict, AppNotLoaded
+from webhooks.shared.errors import AppConflict, AppNotLoaded
 
 log = logging.getLogger(__name__)
 

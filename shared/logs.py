@@ -11,8 +11,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-from shared.settings import Settings
-from shared.terminal import visible
+from webhooks.shared.settings import Settings
+from webhooks.shared.terminal import visible
 
 # Attributes every LogRecord has; anything else came from `extra=`.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}

@@ -43,9 +43,9 @@ from urllib.parse import urlencode
 
 from sqlalchemy.engine import Connection
 
-from shared import db, queries
-from shared.models import Channel, NotificationKind
-from shared.settings import Settings
+from webhooks.shared import db, queries
+from webhooks.shared.models import Channel, NotificationKind
+from webhooks.shared.settings import Settings
 
 Kind = NotificationKind
 SAMPLES = 5  # ids kept per notification: enough to start looking

@@ -29,8 +29,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from shared import queries, sources
-from shared.models import (
+from webhooks.shared import queries, sources
+from webhooks.shared.models import (
     ALL_SOURCES,
     JobStatus,
     jobs,

@@ -34,8 +34,8 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection, Engine
 
-from shared import queries
-from shared.models import ALL_SOURCES
+from webhooks.shared import queries
+from webhooks.shared.models import ALL_SOURCES
 
 
 @dataclass(frozen=True)

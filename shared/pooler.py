@@ -21,8 +21,8 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db
-from shared.settings import Settings
+from webhooks.shared import db
+from webhooks.shared.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import text
 
-from shared.models import (
+from webhooks.shared.models import (
     ALL_SOURCES,
     EVENT_SEARCH_DOCUMENT,
     DeliveryStatus,

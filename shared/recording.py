@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import db, providers, queries, sources
-from shared.errors import DatabaseUnavailable, InvalidPayload
-from shared.models import JobStatus, ReceivedVia
+from webhooks.shared import db, providers, queries, sources
+from webhooks.shared.errors import DatabaseUnavailable, InvalidPayload
+from webhooks.shared.models import JobStatus, ReceivedVia
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection, Engine
 
-from shared import queries
-from shared.errors import WebhooksError
-from shared.models import JobStatus
+from webhooks.shared import queries
+from webhooks.shared.errors import WebhooksError
+from webhooks.shared.models import JobStatus
 
 
 class ReplayRefused(WebhooksError):

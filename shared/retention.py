@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 
-from shared import queries
+from webhooks.shared import queries
 
 BATCH_SIZE = 1000
 

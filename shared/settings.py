@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared import sources as s
-from shared import variables as v
-from shared.errors import ConfigError, MissingVariable
-from shared.providers import PROVIDERS
-from shared.providers.base import Provider
-from shared.variables import IPNetwork, Section, family, setting
+from webhooks.shared import sources as s
+from webhooks.shared import variables as v
+from webhooks.shared.errors import ConfigError, MissingVariable
+from webhooks.shared.providers import PROVIDERS
+from webhooks.shared.providers.base import Provider
+from webhooks.shared.variables import IPNetwork, Section, family, setting
 
 DATABASE_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 BROKER_SCHEMES = ("redis", "rediss", "unix", "amqp", "amqps")

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from shared import variables as v
-from shared.errors import MissingVariable
-from shared.providers import PROVIDERS
-from shared.providers.base import Provider
-from shared.providers.stripe import EventKind as EventKind  # Stripe's vocabulary
+from webhooks.shared import variables as v
+from webhooks.shared.errors import MissingVariable
+from webhooks.shared.providers import PROVIDERS
+from webhooks.shared.providers.base import Provider
+from webhooks.shared.providers.stripe import EventKind as EventKind  # Stripe's vocabulary
 
 NAME = re.compile(r"[a-z][a-z0-9]{0,31}")
 RESERVED = ("default",)  # besides the provider's own name, the default source's

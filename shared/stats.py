@@ -8,7 +8,7 @@ from datetime import date
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared.models import EmailStatus, JobStatus
+from webhooks.shared.models import EmailStatus, JobStatus
 
 COLUMNS = ("received", "duplicates", "done", "failed", "emails_sent", "emails_failed")
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from flask import Flask
     from opentelemetry.trace import Tracer
 
-    from shared.settings import Settings
+    from webhooks.shared.settings import Settings
 
 WEB_SERVICE = "webhooks-web"
 WORKER_SERVICE = "webhooks-worker"

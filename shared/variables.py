@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from shared.errors import ConfigError
+from webhooks.shared.errors import ConfigError
 
 Parser = Callable[[str], Any]
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -25,8 +25,8 @@ from dramatiq.middleware import (
     TimeLimit,
 )
 
-from shared.redis_broker import NoticedRedisBroker
-from shared.settings import Settings
+from webhooks.shared.redis_broker import NoticedRedisBroker
+from webhooks.shared.settings import Settings
 
 log = logging.getLogger(__name__)
 

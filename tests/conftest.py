@@ -22,8 +22,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import db
-from shared.settings import Settings
+from webhooks.shared import db
+from webhooks.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = ("outbox", "ledger_entries", "accounts", "subscriptions", "webhook_duplicates",
@@ -186,7 +186,7 @@ os.environ.setdefault("WEBHOOK_HANDLERS", TEST_PROCESS_APPS)
 def _apps() -> None:
     """Each test starts with the test apps running (shared.hooks.load), whatever apps an
     earlier test ran."""
-    from shared import hooks
+    from webhooks.shared import hooks
 
     hooks.load(TEST_APPS)
 
@@ -200,6 +200,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _full_size_claims() -> None:
     """worker.jobs.PACE learns how long jobs take in this process: reset it, so that one
     test's slow handlers do not shrink the next test's claims."""
-    from worker import jobs
+    from webhooks.worker import jobs
 
     jobs.PACE.seconds_per_job = 1e-9

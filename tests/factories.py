@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared.models import EVENT_SEARCH_DOCUMENT
+from webhooks.shared.models import EVENT_SEARCH_DOCUMENT
 
 PROVIDER_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "providers"
 

@@ -6,7 +6,7 @@ import os
 
 import sqlalchemy as sa
 
-from worker.handlers import JobContext, handler
+from webhooks import JobContext, handler
 
 # +100 usd as the reference ledger books money (an entry, and the balance moved by it), so
 # that `webhooks audit` holds on the databases these tests leave. The entry's key is this

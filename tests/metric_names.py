@@ -8,10 +8,10 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest.app import create_app
-from shared.settings import Settings
 from tests import factories
 from tests.conftest import STRIPE_SECRET
+from webhooks.ingest.app import create_app
+from webhooks.shared.settings import Settings
 
 # Identifiers that are PromQL, not metrics: functions, aggregations, keywords.
 PROMQL_WORDS = {

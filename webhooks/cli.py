@@ -26,12 +26,12 @@ from typing import Any, NoReturn, TypeVar
 import click
 from sqlalchemy.engine import Engine
 
-from shared.errors import ConfigError, DatabaseUnavailable, MissingVariable, WebhooksError
-from shared.models import JobStatus, NotificationKind, NotificationStatus
-from shared.providers import NAMES as PROVIDERS
-from shared.providers import RECONCILED
-from shared.settings import Settings
-from shared.terminal import visible
+from webhooks.shared.errors import ConfigError, DatabaseUnavailable, MissingVariable, WebhooksError
+from webhooks.shared.models import JobStatus, NotificationKind, NotificationStatus
+from webhooks.shared.providers import NAMES as PROVIDERS
+from webhooks.shared.providers import RECONCILED
+from webhooks.shared.settings import Settings
+from webhooks.shared.terminal import visible
 
 T = TypeVar("T")
 ANY_INTERFACE = "0.0.0.0"  # noqa: S104 - a deployed web serves the platform's router
@@ -67,8 +67,8 @@ def process_settings(settings: Settings | None = None) -> Settings:
     name is one WARNING line), then the apps (start_apps). `settings`: procfile_settings
     already read, by a process that checks more of its own variables first."""
     settings = settings or procfile_settings()
-    from shared import pooler
-    from shared.logs import configure_logging
+    from webhooks.shared import pooler
+    from webhooks.shared.logs import configure_logging
 
     configure_logging(settings)
     pooler.warn_if_unnamed(settings)
@@ -85,8 +85,8 @@ def start_apps(settings: Settings, *, database: bool = True) -> tuple[str, ...]:
 
     import sqlalchemy as sa
 
-    from shared import db, hooks
-    from shared.errors import AppConflict, AppNotLoaded
+    from webhooks.shared import db, hooks
+    from webhooks.shared.errors import AppConflict, AppNotLoaded
 
     try:
         apps = hooks.load(settings.handler_modules)
@@ -153,7 +153,7 @@ def source_of(settings: Settings, text: str, *, whole: bool = True) -> tuple[str
 
 
 def _engine(settings: Settings) -> Engine:
-    from shared import db
+    from webhooks.shared import db
 
     return db.create_engine(settings, pool_size=2)
 
@@ -208,8 +208,8 @@ def migrate(check: bool) -> None:
     settings = procfile_settings(broker=False)
     import sqlalchemy as sa
 
-    from shared.db import database_url
     from webhooks import migrate as migrations
+    from webhooks.shared.db import database_url
 
     modules = migrations.app_modules(settings.handler_modules)
     engine = sa.create_engine(database_url(settings), poolclass=sa.pool.NullPool)
@@ -246,7 +246,7 @@ def web(workers: int | None, threads: int | None, host: str) -> None:
     """The ingest HTTP server (granian) on $PORT."""
     settings = process_settings()
     with _metrics_folder(settings, "web"):  # set before prometheus_client is imported
-        from ingest.server import serve
+        from webhooks.ingest.server import serve
 
         serve(settings, workers=workers or settings.web_concurrency,
               threads=threads or settings.web_threads, host=host)
@@ -264,7 +264,7 @@ def worker(processes: int, threads: int) -> None:
     # should stop (ms); idle consumers wait for the broker's notices
     # (shared/redis_broker.py IDLE_WAIT_SECONDS).
     os.environ.setdefault("dramatiq_worker_timeout", "100")
-    sys.argv = ["dramatiq", "worker.actors", "--processes", str(processes),
+    sys.argv = ["dramatiq", "webhooks.worker.actors", "--processes", str(processes),
                 "--threads", str(threads), "--worker-shutdown-timeout", "30000"]
     with _metrics_folder(settings, "worker"):  # set before prometheus_client is imported
         _serve_worker_metrics(settings)
@@ -335,9 +335,9 @@ def send(target: str, file: Any, url: str | None, secret: str | None, repeat: in
     """Sign FILE with the source's secret and POST it to the source's URL: a signed test
     delivery (PROVIDER: its default source)."""
     settings = load_settings()
-    from shared.providers import PROVIDERS as RECORDS
     from webhooks.dev import dev_secrets
     from webhooks.send import post, signed_headers
+    from webhooks.shared.providers import PROVIDERS as RECORDS
 
     provider, name = _sending_source(settings, target)
     found = settings.sources.get(provider, name)
@@ -384,8 +384,8 @@ def replay(job_ids: tuple[int, ...], all_failed: bool, provider: str | None,
     if job_ids and (provider or event_type or since):
         raise click.UsageError("--provider, --type and --since go with --all")
     settings = local_settings()
-    from shared.replay import ReplayFilter
-    from shared.replay import replay as run_replay
+    from webhooks.shared.replay import ReplayFilter
+    from webhooks.shared.replay import replay as run_replay
 
     spec = ReplayFilter(job_ids, all_failed, provider, event_type, since)
     try:
@@ -409,7 +409,7 @@ def _wake(settings: Settings, *, job_ids: list[int] | None = None, due: int = 0)
     if settings.broker_url is None:
         click.echo("no broker running; the clock will pick the jobs up", err=True)
         return
-    from shared import wakeups
+    from webhooks.shared import wakeups
 
     broker = wakeups.create_broker(settings)
     ok = (wakeups.wake_jobs(broker, job_ids) if job_ids
@@ -424,7 +424,7 @@ def _wake(settings: Settings, *, job_ids: list[int] | None = None, due: int = 0)
 def prune(days: int | None) -> None:
     """Delete finished events and jobs older than --days."""
     settings = local_settings()
-    from shared.retention import prune as run_prune
+    from webhooks.shared.retention import prune as run_prune
 
     days = days or settings.retention_days
     deleted = _database(lambda: run_prune(_engine(settings), days))
@@ -436,11 +436,11 @@ def prune(days: int | None) -> None:
 def stats(days: int) -> None:
     """Per day: events received, duplicates, jobs done and failed, emails."""
     settings = local_settings()
-    from shared import stats as daily_stats
+    from webhooks.shared import stats as daily_stats
 
     table = _database(lambda: daily_stats.daily(_engine(settings), days))
     click.echo(daily_stats.render(table))
-    from shared import pausing
+    from webhooks.shared import pausing
 
     def read_paused() -> list[pausing.Pause]:
         with _engine(settings).connect() as conn:
@@ -525,8 +525,8 @@ def events(provider: str | None, source: str | None, event_type: str | None,
            search: str | None, limit: int, as_json: bool) -> None:
     """Events newest first, with their source, job's status, attempts and last error."""
     settings = local_settings()
-    from shared.events import EventFilter
     from webhooks import tables
+    from webhooks.shared.events import EventFilter
 
     name = None
     if source is not None:
@@ -551,7 +551,7 @@ def events(provider: str | None, source: str | None, event_type: str | None,
 def _list_events(engine: Engine, spec: Any, limit: int) -> tuple[list[Any], bool]:
     """Up to `limit` events, a page of shared.events.list_events at a time; and whether
     more match."""
-    from shared.events import list_events
+    from webhooks.shared.events import list_events
 
     rows: list[Any] = []
     after = None
@@ -575,8 +575,8 @@ def _list_events(engine: Engine, spec: Any, limit: int) -> tuple[list[Any], bool
 def notifications(kind: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """Recorded notifications, newest first: kind, source, count, status, channels."""
     settings = local_settings()
-    from shared import notifications as recorded
     from webhooks import tables
+    from webhooks.shared import notifications as recorded
 
     def listed() -> list[Any]:
         with _engine(settings).connect() as conn:
@@ -597,9 +597,9 @@ def notifications(kind: str | None, status: str | None, limit: int, as_json: boo
 def show(provider: str, event_id: str, as_json: bool) -> None:
     """One event: payload, job, effects (ledger, subscription, emails), duplicates."""
     settings = local_settings()
-    from shared import hooks
-    from shared.events import show_event
     from webhooks import tables
+    from webhooks.shared import hooks
+    from webhooks.shared.events import show_event
 
     hooks.load(settings.handler_modules)  # the effects hooks: built-in and yours
 
@@ -625,9 +625,9 @@ def audit(since: datetime | None, stale: timedelta, as_json: bool) -> None:
     email its Postmark id, no job due for longer than --stale. Prints each violation on a
     line; exit 1 with violations."""
     settings = local_settings()
-    from shared import audit as checks
-    from shared import hooks
     from webhooks import tables
+    from webhooks.shared import audit as checks
+    from webhooks.shared import hooks
 
     hooks.load(settings.handler_modules)  # the apps' audit checks: built-in and yours
     report = _database(lambda: checks.audit(_engine(settings), since=since, stale=stale))
@@ -672,7 +672,7 @@ def reconcile(target: str, since: datetime | None, dry_run: bool) -> None:
     exactly as a delivery would be, and wake the workers. PROVIDER/SOURCE reconciles one
     source with its credentials; PROVIDER each of its sources that has credentials."""
     settings = local_settings()
-    from shared import db, reconciliation, wakeups
+    from webhooks.shared import db, reconciliation, wakeups
 
     provider, name = source_of(settings, target)
     if provider not in RECONCILED:
@@ -716,7 +716,7 @@ def reconcile(target: str, since: datetime | None, dry_run: bool) -> None:
 def _reconciled_sources(settings: Settings, provider: str, name: str | None) -> list[Any]:
     """The source named, or each of the provider's sources with credentials; exit 1 when
     the one named (or the default one, none having credentials) lacks them."""
-    from shared import reconciliation
+    from webhooks.shared import reconciliation
 
     if name is None:
         found = [source for source in reconciliation.configured(settings)
@@ -743,7 +743,7 @@ def pause(target: str) -> None:
     of one source, but run none of their jobs until `webhooks resume` (every worker stops
     within a second)."""
     settings = local_settings()
-    from shared import pausing
+    from webhooks.shared import pausing
 
     provider, name = source_of(settings, target)
     newly = _database(lambda: pausing.pause(_engine(settings), provider, name))
@@ -757,7 +757,7 @@ def resume(target: str) -> None:
     """Run the jobs of PROVIDER (every source of it, each paused on its own included) or of
     one source again, oldest first. A source stays paused while its provider is."""
     settings = local_settings()
-    from shared import pausing
+    from webhooks.shared import pausing
 
     provider, name = source_of(settings, target)
     due = _database(lambda: pausing.resume(_engine(settings), provider, name))

@@ -22,11 +22,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from shared.hooks import REFERENCE_APP
-from shared.providers import PROVIDERS
-from shared.settings import Settings
 from webhooks import embedded
 from webhooks.console.settings import ConsoleSettings
+from webhooks.shared.hooks import REFERENCE_APP
+from webhooks.shared.providers import PROVIDERS
+from webhooks.shared.settings import Settings
 
 LOOPBACK = "127.0.0.1"
 CONSOLE_PORT = ConsoleSettings.port

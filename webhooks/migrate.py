@@ -64,8 +64,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-from shared import hooks
-from shared.models import metadata as core_metadata
+from webhooks.shared import hooks
+from webhooks.shared.models import metadata as core_metadata
 
 CORE = "core"
 CORE_VERSION_TABLE = "alembic_version"

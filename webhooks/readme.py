@@ -15,9 +15,9 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from shared import providers, settings
-from shared.variables import Section
 from webhooks.console import settings as console_settings
+from webhooks.shared import providers, settings
+from webhooks.shared.variables import Section
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z ]+) -->\n)(?P<table>.*?)"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import requests
 
-from shared import providers
+from webhooks.shared import providers
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from shared import sources
-from shared.events import EventDetail, EventRow
-from shared.hooks import Section, Violation
-from shared.notifications import Listed
-from shared.terminal import visible
+from webhooks.shared import sources
+from webhooks.shared.events import EventDetail, EventRow
+from webhooks.shared.hooks import Section, Violation
+from webhooks.shared.notifications import Listed
+from webhooks.shared.terminal import visible
 
 EVENT_COLUMNS = ("status", "attempts", "age", "source", "account", "type", "event id",
                  "last error")

@@ -14,10 +14,10 @@ import threading
 import dramatiq
 from sqlalchemy.engine import Engine
 
-from shared import db, hooks, tracing, wakeups
-from shared.logs import configure_logging
-from shared.settings import Settings
-from worker import jobs, notify, outbox, shutdown
+from webhooks.shared import db, hooks, tracing, wakeups
+from webhooks.shared.logs import configure_logging
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs, notify, outbox, shutdown
 
 shutdown.tolerate_group_sigterm()  # imported in each worker process, after Dramatiq's handler
 settings = Settings.from_env()

@@ -54,7 +54,7 @@ import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import (
+from webhooks.shared import (
     db,
     handlers,
     hooks,
@@ -66,10 +66,10 @@ from shared import (
     tracing,
     wakeups,
 )
-from shared.errors import DatabaseUnavailable, PermanentJobError, describe
-from shared.queries import ClaimedJob
-from shared.settings import Settings
-from worker import outbox, retries, thin_events
+from webhooks.shared.errors import DatabaseUnavailable, PermanentJobError, describe
+from webhooks.shared.queries import ClaimedJob
+from webhooks.shared.settings import Settings
+from webhooks.worker import outbox, retries, thin_events
 
 log = logging.getLogger(__name__)
 

@@ -41,13 +41,13 @@ import requests
 from sqlalchemy.engine import Engine
 from standardwebhooks.webhooks import Webhook
 
-from shared import db, metrics, queries, wakeups
-from shared.errors import EmailOutcomeUnknown, EmailRejected
-from shared.models import Channel
-from shared.notifications import Message
-from shared.queries import ClaimedDelivery
-from shared.settings import Settings
-from worker import postmark, retries
+from webhooks.shared import db, metrics, queries, wakeups
+from webhooks.shared.errors import EmailOutcomeUnknown, EmailRejected
+from webhooks.shared.models import Channel
+from webhooks.shared.notifications import Message
+from webhooks.shared.queries import ClaimedDelivery
+from webhooks.shared.settings import Settings
+from webhooks.worker import postmark, retries
 
 log = logging.getLogger(__name__)
 

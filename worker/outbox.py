@@ -46,12 +46,12 @@ import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, failover, metrics, notifications, queries, tracing, wakeups
-from shared.errors import EmailOutcomeUnknown, EmailRejected, describe
-from shared.queries import ClaimedEmail
-from shared.settings import Settings
-from worker import postmark, retries
-from worker.postmark import OutboundEmail, Outcome, Sender, Sent
+from webhooks.shared import db, failover, metrics, notifications, queries, tracing, wakeups
+from webhooks.shared.errors import EmailOutcomeUnknown, EmailRejected, describe
+from webhooks.shared.queries import ClaimedEmail
+from webhooks.shared.settings import Settings
+from webhooks.worker import postmark, retries
+from webhooks.worker.postmark import OutboundEmail, Outcome, Sender, Sent
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ import requests
 from postmarker.core import PostmarkClient
 from postmarker.exceptions import PostmarkerException
 
-from shared.errors import EmailOutcomeUnknown, EmailRejected
-from shared.settings import Settings
+from webhooks.shared.errors import EmailOutcomeUnknown, EmailRejected
+from webhooks.shared.settings import Settings
 
 log = logging.getLogger(__name__)
 

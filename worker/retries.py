@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from shared.settings import Settings
+from webhooks.shared.settings import Settings
 
 MAX_DELAY_SECONDS = 3600.0
 # An email is never retried sooner than this, whatever the base: the retry searches

@@ -36,10 +36,10 @@ from urllib.parse import quote
 
 import stripe as stripe_sdk
 
-from shared import sources
-from shared.errors import PermanentJobError, WebhooksError
-from shared.providers import stripe_budget
-from shared.settings import Settings
+from webhooks.shared import sources
+from webhooks.shared.errors import PermanentJobError, WebhooksError
+from webhooks.shared.providers import stripe_budget
+from webhooks.shared.settings import Settings
 
 THIN_OBJECT = "v2.core.event"
 GENERATION_FAILURE_RESOLVED = "v2.core.health.event_generation_failure.resolved"

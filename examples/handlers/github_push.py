@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from worker.handlers import JobContext, handler
+from webhooks import JobContext, handler
 
 CREATE = sa.text("""
     CREATE TABLE IF NOT EXISTS example_github_pushes (

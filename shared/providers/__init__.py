@@ -7,8 +7,8 @@ To add a provider: write a module with the attributes of base.Provider and add i
 
 from __future__ import annotations
 
-from shared.providers import github, paddle, shopify, slack, standard, stripe
-from shared.providers.base import Provider, SecretFormat
+from webhooks.shared.providers import github, paddle, shopify, slack, standard, stripe
+from webhooks.shared.providers.base import Provider, SecretFormat
 
 _RECORDS: tuple[Provider, ...] = (stripe, paddle, shopify, github, slack, standard)
 PROVIDERS: dict[str, Provider] = {record.name: record for record in _RECORDS}

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shared import payloads
-from shared.errors import InvalidPayload, InvalidSignature
+from webhooks.shared import payloads
+from webhooks.shared.errors import InvalidPayload, InvalidSignature
 
 if TYPE_CHECKING:  # shared.sources reads the providers' records
-    from shared.sources import Source
+    from webhooks.shared.sources import Source
 
 MAX_ID_LENGTH = 255
 

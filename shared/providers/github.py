@@ -13,7 +13,7 @@ import hashlib
 import uuid
 from typing import TYPE_CHECKING
 
-from shared.providers.base import (
+from webhooks.shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
@@ -26,7 +26,7 @@ from shared.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from shared.sources import Source
+    from webhooks.shared.sources import Source
 
 name = "github"
 TITLE = "GitHub"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shared.errors import InvalidSignature
-from shared.providers.base import (
+from webhooks.shared.errors import InvalidSignature
+from webhooks.shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
@@ -23,7 +23,7 @@ from shared.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from shared.sources import Source
+    from webhooks.shared.sources import Source
 
 name = "paddle"
 TITLE = "Paddle Billing"

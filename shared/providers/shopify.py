@@ -15,7 +15,7 @@ import hashlib
 import uuid
 from typing import TYPE_CHECKING
 
-from shared.providers.base import (
+from webhooks.shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
@@ -28,7 +28,7 @@ from shared.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from shared.sources import Source
+    from webhooks.shared.sources import Source
 
 name = "shopify"
 TITLE = "Shopify"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import InvalidPayload, InvalidSignature
-from shared.providers.base import (
+from webhooks.shared.errors import InvalidPayload, InvalidSignature
+from webhooks.shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
@@ -25,7 +25,7 @@ from shared.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from shared.sources import Source
+    from webhooks.shared.sources import Source
 
 name = "slack"
 TITLE = "Slack Events API"

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook
 
-from shared.errors import InvalidSignature
-from shared.providers.base import (
+from webhooks.shared.errors import InvalidSignature
+from webhooks.shared.providers.base import (
     Delivery,
     Headers,
     SecretFormat,
@@ -38,7 +38,7 @@ from shared.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from shared.sources import Source
+    from webhooks.shared.sources import Source
 
 name = "standard"
 TITLE = "Standard Webhooks (Svix, Resend, Clerk)"

@@ -23,8 +23,8 @@ import hmac
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import InvalidPayload, InvalidSignature
-from shared.providers.base import (
+from webhooks.shared.errors import InvalidPayload, InvalidSignature
+from webhooks.shared.providers.base import (
     Delivery,
     Headers,
     SecretFormat,
@@ -38,7 +38,7 @@ from shared.providers.base import (
 if TYPE_CHECKING:
     import stripe as stripe_sdk
 
-    from shared.sources import Source
+    from webhooks.shared.sources import Source
 
 name = "stripe"
 TITLE = "Stripe"

@@ -25,13 +25,13 @@ from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy.engine import Engine
 
-from shared import db, notifications, providers, queries, sources, wakeups
-from shared.errors import InvalidPayload, MissingVariable, WebhooksError
-from shared.models import ReceivedVia
-from shared.providers import stripe as stripe_provider
-from shared.recording import Origin, record_event
-from shared.settings import Settings
-from shared.terminal import visible
+from webhooks.shared import db, notifications, providers, queries, sources, wakeups
+from webhooks.shared.errors import InvalidPayload, MissingVariable, WebhooksError
+from webhooks.shared.models import ReceivedVia
+from webhooks.shared.providers import stripe as stripe_provider
+from webhooks.shared.recording import Origin, record_event
+from webhooks.shared.settings import Settings
+from webhooks.shared.terminal import visible
 
 log = logging.getLogger(__name__)
 
@@ -131,12 +131,12 @@ def api_for(settings: Settings, source: sources.Source) -> Source:
     if source.provider == "stripe":
         return _stripe_api(settings, source)
     if source.provider == "paddle":
-        from shared.reconciliation import paddle
+        from webhooks.shared.reconciliation import paddle
 
         return paddle.PaddleEvents(_required(source, source.api_key, "API_KEY"),
                                    settings.paddle_api_base)
     if source.provider == "github":
-        from shared.reconciliation import github
+        from webhooks.shared.reconciliation import github
 
         token = _required(source, source.api_key, "TOKEN")
         return github.GitHubDeliveries(token, settings.github_api_base,
@@ -147,7 +147,7 @@ def api_for(settings: Settings, source: sources.Source) -> Source:
 def _stripe_api(settings: Settings, source: sources.Source) -> Source:
     """`GET /v1/events` with the source's key; a thin source's `GET /v2/core/events`; a
     Connect source's `GET /v1/events` of each connected account (`Stripe-Account`)."""
-    from shared.reconciliation import stripe
+    from webhooks.shared.reconciliation import stripe
 
     api_key = _required(source, source.api_key, "API_KEY")
     if source.events is sources.EventKind.THIN:

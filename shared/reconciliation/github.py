@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from shared.reconciliation import Fetched, Listing, ReconcileFailed, http
+from webhooks.shared.reconciliation import Fetched, Listing, ReconcileFailed, http
 
 PAGE = 100
 

@@ -13,8 +13,8 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from shared.errors import WebhooksError
-from shared.terminal import visible
+from webhooks.shared.errors import WebhooksError
+from webhooks.shared.terminal import visible
 
 TIMEOUT_SECONDS = 15
 RETRIES = 4

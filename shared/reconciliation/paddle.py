@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from shared.reconciliation import Fetched, Listing, ReconcileFailed, http
+from webhooks.shared.reconciliation import Fetched, Listing, ReconcileFailed, http
 
 PAGE = 200
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import stripe as stripe_sdk
 
-from shared.providers import stripe_budget
-from shared.reconciliation import Fetched, Listing, ReconcileFailed
+from webhooks.shared.providers import stripe_budget
+from webhooks.shared.reconciliation import Fetched, Listing, ReconcileFailed
 
 PAGE = 100
 NETWORK_RETRIES = 3

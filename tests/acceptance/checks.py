@@ -15,10 +15,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from shared import db
 from tests.acceptance.harness import ROOT, System
 from tests.acceptance.senders import Answer
 from tests.acceptance.world import World
+from webhooks.shared import db
 
 
 def _diff(name: str, got: dict[Any, Any], want: dict[Any, Any], limit: int = 8) -> str:

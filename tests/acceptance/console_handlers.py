@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from worker.handlers import JobContext, handler
+from webhooks import JobContext, handler
 
 ACCOUNT = sa.text("INSERT INTO accounts (customer_id, currency) VALUES (:customer, :currency) "
                   "ON CONFLICT DO NOTHING")

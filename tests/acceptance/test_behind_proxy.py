@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from shared.providers import github
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
 from tests.integration.test_ingest import count
+from webhooks.shared.providers import github
+from webhooks.shared.settings import Settings
 
 
 def _nginx() -> str | None:

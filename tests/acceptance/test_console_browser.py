@@ -23,10 +23,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import wakeups
-from shared.settings import Settings
 from tests import factories, processes
 from tests.console_helpers import PASSWORD, USER, email, failed_event, job
+from webhooks.shared import wakeups
+from webhooks.shared.settings import Settings
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

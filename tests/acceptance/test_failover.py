@@ -40,14 +40,14 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from shared.db import sqlalchemy_url
-from shared.models import SWEEP_HEARTBEAT
 from tests.acceptance import checks, replication, senders
 from tests.acceptance.harness import System, wait_for
 from tests.acceptance.replication import ReplicatedPostgres
 from tests.acceptance.world import Event, World
 from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
 from tests.fakes.provider_events import dress_stripe
+from webhooks.shared.db import sqlalchemy_url
+from webhooks.shared.models import SWEEP_HEARTBEAT
 
 pytestmark = pytest.mark.slow
 

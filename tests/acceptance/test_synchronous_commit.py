@@ -87,8 +87,8 @@ def test_a_commit_the_standby_never_confirms_is_answered_503_within_10_s(
 
 def test_the_worker_and_the_clock_commit_locally_and_the_ingest_waits(
         system: System) -> None:
-    from shared import db
-    from shared.settings import Settings
+    from webhooks.shared import db
+    from webhooks.shared.settings import Settings
 
     settings = Settings.from_env({"DATABASE_URL": system.postgres.url})
     waits = db.create_engine(settings, pool_size=1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.handlers import JobContext, handler
+from webhooks import JobContext, handler
 
 SEEN: list[tuple[str, str]] = []
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.apps.alpha import SEEN
-from worker.handlers import JobContext, handler
+from webhooks import JobContext, handler
 
 
 @handler("stripe", "test.two_apps")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.handlers import LockKey, lock_key
+from webhooks import LockKey, lock_key
 
 
 @lock_key("stripe")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.settings import Settings
 from tests.metric_names import assert_on_metrics, metric_names
+from webhooks.shared.settings import Settings
 
 PROMETHEUS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 RULES = PROMETHEUS / "alerts.yml"

@@ -33,12 +33,12 @@ import sqlalchemy as sa
 import yaml
 from sqlalchemy.engine import Engine
 
-from shared.settings import Settings
 from tests import factories, processes
 from tests.acceptance.harness import PrivatePostgres
 from tests.conftest import STRIPE_SECRET, broker_url, migrate
 from tests.fakes.alert_receivers import FakeAlertReceivers, slack_alertnames, webhook_alertnames
-from worker import jobs
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROMETHEUS = shutil.which("prometheus")

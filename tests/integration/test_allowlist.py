@@ -23,11 +23,11 @@ from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 from sqlalchemy.engine import Engine
 
-from ingest.app import create_app
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
 from tests.integration.test_ingest import count
+from webhooks.ingest.app import create_app
+from webhooks.shared.settings import Settings
 
 ALLOWED = "3.18.12.63"  # one of Stripe's published webhook addresses
 DISALLOWED = "10.9.9.9"
@@ -83,7 +83,7 @@ def test_a_disallowed_address_is_403_writes_nothing_and_is_counted_and_logged(
         settings: Settings, clean_db: Engine, caplog: pytest.LogCaptureFixture) -> None:
     client = make_client(settings, STRIPE_ALLOWED_IPS=ALLOWED)
     before = rejected()
-    with caplog.at_level(logging.INFO, logger="ingest.webhooks"):
+    with caplog.at_level(logging.INFO, logger="webhooks.ingest.webhooks"):
         answer = post(client, DISALLOWED, "evt_refused")
     assert answer.status_code == 403
     assert answer.headers["Connection"] == "close"  # its body was never read
@@ -194,7 +194,7 @@ def test_the_rotation_counter_counts_each_secret_position(
         settings: Settings, clean_db: Engine, caplog: pytest.LogCaptureFixture) -> None:
     client = make_client(settings, STRIPE_WEBHOOK_SECRET="whsec_rot_new, whsec_rot_old")
     first, second = verified("1"), verified("2")
-    with caplog.at_level(logging.DEBUG, logger="ingest.webhooks"):
+    with caplog.at_level(logging.DEBUG, logger="webhooks.ingest.webhooks"):
         for n, secret in enumerate(["whsec_rot_old", "whsec_rot_new", "whsec_rot_old"]):
             body, headers = delivery(f"evt_rot_{n}", secret)
             assert client.post("/webhooks/stripe", data=body, headers=headers).status_code \
@@ -382,7 +382,7 @@ def test_an_unknown_source_is_counted_and_logged_as_not_configured(
     client = sourced_client(settings)
     before = rejected(reason="not_configured", source="unknown")
     signature = rejected(reason="signature", source="unknown")
-    with caplog.at_level(logging.INFO, logger="ingest.webhooks"):
+    with caplog.at_level(logging.INFO, logger="webhooks.ingest.webhooks"):
         # Even signed with a configured source's secret, an unknown path records nothing.
         answer = post_to(client, "stripe/nosuch", ALLOWED, "evt_n", CONNECT_SECRET)
     assert answer.status_code == 400

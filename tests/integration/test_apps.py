@@ -15,13 +15,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import hooks
-from shared.errors import AppConflict
-from shared.settings import Settings
 from tests import factories, processes
 from tests.apps import alpha
 from tests.conftest import STRIPE_SECRET
-from worker import handlers, jobs
+from webhooks.shared import handlers, hooks
+from webhooks.shared.errors import AppConflict
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 ALPHA, BETA, LEDGER = "tests.apps.alpha", "tests.apps.beta", "webhooks.ledger"
 
@@ -136,7 +136,7 @@ def test_the_reference_apps_rows_without_the_app_are_one_warning_at_start(
 def test_an_app_is_found_by_the_import_system_from_any_folder(tmp_path: object) -> None:
     """An installed or editable distribution's module is found from outside the checkout
     (the editable install's own finder): WEBHOOK_HANDLERS=webhooks.ledger is valid there."""
-    code = ("from shared.settings import Settings; "
+    code = ("from webhooks.shared.settings import Settings; "
             "print(Settings.from_env({'WEBHOOK_HANDLERS': 'webhooks.ledger'}).handler_modules)")
     result = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path),
                             capture_output=True, text=True, timeout=60)

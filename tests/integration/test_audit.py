@@ -19,19 +19,19 @@ import sqlalchemy as sa
 from click.testing import CliRunner, Result
 from sqlalchemy.engine import Connection, Engine
 
-from ingest.app import create_app
-from shared import audit as audits
-from shared import db, hooks, pausing
-from shared.hooks import Finding
-from shared.settings import Settings
 from tests import factories, processes
 from tests.acceptance.world import World
 from tests.conftest import TEST_APPS
 from tests.fakes.postmark_server import FakePostmark
 from webhooks.cli import main
 from webhooks.clock import schedule
-from worker import handlers, jobs, outbox
-from worker.postmark import PostmarkSender
+from webhooks.ingest.app import create_app
+from webhooks.shared import audit as audits
+from webhooks.shared import db, handlers, hooks, pausing
+from webhooks.shared.hooks import Finding
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs, outbox
+from webhooks.worker.postmark import PostmarkSender
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from shared import variables
-from shared.providers import PROVIDERS
-from shared.settings import Settings
 from webhooks.console.settings import ConsoleSettings
+from webhooks.shared import variables
+from webhooks.shared.providers import PROVIDERS
+from webhooks.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = ("web", "worker", "clock", "console", "migrate")

@@ -10,9 +10,9 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import Engine
 
-from shared.settings import Settings
 from tests import factories
 from webhooks.cli import main
+from webhooks.shared.settings import Settings
 
 
 @pytest.fixture()

@@ -10,10 +10,10 @@ import requests
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import retention
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
+from webhooks.shared import retention
+from webhooks.shared.settings import Settings
 
 
 def env_for(settings: Settings, broker_url: str | None = None) -> dict[str, str]:
@@ -110,7 +110,7 @@ def test_prune_keeps_pending_and_failed_work_and_recent_events(
 def test_duplicate_within_retention_is_still_detected_after_prune(
     settings: Settings, clean_db: Engine
 ) -> None:
-    from ingest.app import create_app
+    from webhooks.ingest.app import create_app
 
     client = create_app(settings).test_client()
     body = json.dumps(factories.stripe_event("invoice.paid", factories.invoice())).encode()

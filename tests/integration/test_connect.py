@@ -20,18 +20,18 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ingest.app import create_app
-from shared import audit, db, reconciliation
-from shared.providers import stripe_budget
-from shared.reconciliation import stripe as stripe_reconciliation
-from shared.settings import Settings
 from tests import factories
 from tests.conftest import STRIPE_SECRET
 from tests.fakes import provider_events
 from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
 from tests.integration.test_failover import stage_failover
 from webhooks.clock import schedule
-from worker import handlers, jobs
+from webhooks.ingest.app import create_app
+from webhooks.shared import audit, db, handlers, reconciliation
+from webhooks.shared.providers import stripe_budget
+from webhooks.shared.reconciliation import stripe as stripe_reconciliation
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 CONNECT_SECRET = "whsec_connect_endpoint_secret"
 
@@ -66,7 +66,7 @@ def test_a_test_mode_event_on_a_live_only_source_is_recorded_done_and_not_credit
     client = create_app(live_connect).test_client()
     deliver_connect(client, "evt_test_mode", livemode=False)
     deliver_connect(client, "evt_live_mode", livemode=True)
-    with caplog.at_level(logging.DEBUG, logger="worker.jobs"):
+    with caplog.at_level(logging.DEBUG, logger="webhooks.worker.jobs"):
         assert jobs.process_batch(clean_db, live_connect).done == 2
     assert rows(clean_db, "SELECT e.event_id, e.livemode, j.status, j.outcome FROM jobs j "
                 "JOIN webhook_events e USING (provider, event_id) ORDER BY e.event_id") == [

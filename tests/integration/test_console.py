@@ -21,8 +21,6 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 
-from shared import wakeups
-from shared.settings import Settings
 from tests import factories
 from tests.console_helpers import (
     PASSWORD,
@@ -35,6 +33,8 @@ from tests.console_helpers import (
     token_in,
 )
 from webhooks.console import ConsoleSettings, create_blueprint
+from webhooks.shared import wakeups
+from webhooks.shared.settings import Settings
 
 POST_FORM = re.compile(r'<form method="post"')
 
@@ -540,8 +540,8 @@ def test_the_overview_lists_every_configured_source_before_its_first_event(
     """A new Connect endpoint, configured but with no rows yet, is listed with zeros and
     its Pause button; pressing it pauses that source alone. Without the registry the
     overview would show only the sources that have rows."""
-    from shared import pausing
     from webhooks.console.app import create_app
+    from webhooks.shared import pausing
 
     configured = Settings.from_env({
         "DATABASE_URL": settings.database_url or "", "BROKER_URL": settings.broker_url or "",
@@ -654,7 +654,7 @@ def test_ipv6_failures_count_per_64(client: FlaskClient) -> None:
 
 
 def test_a_short_console_password_is_refused() -> None:
-    from shared.errors import ConfigError
+    from webhooks.shared.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^CONSOLE_PASSWORD"):
         ConsoleSettings(password="eleven char").require_password()
@@ -731,8 +731,8 @@ def test_the_notifications_page_lists_them_newest_first_with_their_channels(
         client: FlaskClient, clean_db: Engine, settings: Settings) -> None:
     import dataclasses
 
-    from shared import db, notifications
-    from shared.notifications import Kind, Occurrence
+    from webhooks.shared import db, notifications
+    from webhooks.shared.notifications import Kind, Occurrence
 
     slack = dataclasses.replace(settings, notify_slack_webhook_url="http://127.0.0.1:9/x")
     with db.transaction(clean_db) as conn:

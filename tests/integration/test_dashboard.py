@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shared.settings import Settings
 from tests.metric_names import assert_on_metrics, metric_names
+from webhooks.shared.settings import Settings
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "webhooks.json"
 

@@ -12,11 +12,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ingest.app import create_app
-from shared import db
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
+from webhooks.ingest.app import create_app
+from webhooks.shared import db
+from webhooks.shared.settings import Settings
 
 
 def deliver(client, event_id: str):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""shared.db's statements straight through psycopg, on a real Postgres."""
+"""webhooks.shared.db's statements straight through psycopg, on a real Postgres."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import db
-from shared.settings import Settings
+from webhooks.shared import db
+from webhooks.shared.settings import Settings
 
 NUMBERS = sa.text("SELECT n, n * 2 AS double FROM generate_series(1, :last) AS n")
 

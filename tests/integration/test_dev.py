@@ -18,9 +18,9 @@ import psutil
 import redis
 import sqlalchemy as sa
 
-from shared import db
 from tests import processes
 from webhooks import embedded
+from webhooks.shared import db
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,14 +20,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, recording, retention
-from shared.events import EventFilter, list_events
-from shared.models import JobStatus
-from shared.settings import Settings
 from tests import factories
+from webhooks import JobContext
 from webhooks.clock import sweep
-from worker import handlers, jobs
-from worker.handlers import JobContext
+from webhooks.shared import db, handlers, recording, retention
+from webhooks.shared.events import EventFilter, list_events
+from webhooks.shared.models import JobStatus
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 INDEX = "ix_event_search_document"
 EVENT_KEY = "uq_webhook_events_provider_source_event_id"

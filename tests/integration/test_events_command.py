@@ -16,10 +16,11 @@ import sqlalchemy as sa
 from click.testing import CliRunner, Result
 from sqlalchemy.engine import Engine
 
-from shared.settings import Settings
 from tests import factories
 from webhooks.cli import main
-from worker import handlers, jobs
+from webhooks.shared import handlers
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 WIDTH = 110
 
@@ -94,7 +95,7 @@ def test_each_filter(run, clean_db) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_limit_beyond_one_page_of_the_listing(run, clean_db) -> None:  # type: ignore[no-untyped-def]
-    from shared.events import MAX_PAGE
+    from webhooks.shared.events import MAX_PAGE
 
     with clean_db.begin() as conn:
         conn.execute(sa.text("""
@@ -239,7 +240,7 @@ def test_the_real_command_in_a_subprocess(settings, clean_db) -> None:  # type: 
 
 
 def test_count_events_stops_at_its_bound(clean_db) -> None:  # type: ignore[no-untyped-def]
-    from shared.events import EventFilter, count_events
+    from webhooks.shared.events import EventFilter, count_events
 
     for _ in range(7):
         factories.insert_event_and_job(clean_db, factories.stripe_event(
@@ -260,7 +261,7 @@ def test_control_characters_from_data_are_escaped_in_every_output(run, settings,
     override or forged row), and so does the text log."""
     import logging
 
-    from shared.logs import TextFormatter
+    from webhooks.shared.logs import TextFormatter
 
     event = factories.stripe_event("invoice.paid" + ESCAPES, factories.invoice(
         "in_esc", customer="cus" + ESCAPES, email="a@example.com" + ESCAPES),

@@ -22,9 +22,6 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ingest.app import create_app
-from shared import db, failover, wakeups
-from shared.settings import Settings
 from tests import processes
 from tests.fakes.postmark_server import FakePostmark
 from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
@@ -36,8 +33,11 @@ from tests.integration.test_outbox import (
 from tests.integration.test_reconcile import serve_stripe, stripe_invoice_paid
 from webhooks.clock import schedule
 from webhooks.clock.sweep import sweep
-from worker import outbox
-from worker.postmark import PostmarkSender
+from webhooks.ingest.app import create_app
+from webhooks.shared import db, failover, wakeups
+from webhooks.shared.settings import Settings
+from webhooks.worker import outbox
+from webhooks.worker.postmark import PostmarkSender
 
 HOURS = 72.0
 

@@ -8,9 +8,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared.settings import Settings
 from tests import factories
-from worker import handlers, jobs
+from webhooks.shared import handlers
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 
 def test_user_handler_module_named_in_settings_runs_in_the_job_transaction(

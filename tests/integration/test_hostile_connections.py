@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from ingest.server import HEADER_SECONDS
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
+from webhooks.ingest.server import HEADER_SECONDS
+from webhooks.shared.settings import Settings
 
 MAX_BODY = 4096
 
@@ -246,7 +246,7 @@ def test_http1_header_count_and_bytes_are_bounded(settings: Settings, clean_db, 
                                                   tmp_path: Path) -> None:
     """More header bytes than MAX_HEADER_BYTES, or more headers than MAX_HEADERS: 431,
     connection closed, on any path."""
-    from ingest import front
+    from webhooks.ingest import front
 
     with web(settings, tmp_path / "web.log", workers=1) as (base, port):
         big = "v" * (front.MAX_HEADER_BYTES + 1)

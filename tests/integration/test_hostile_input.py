@@ -10,11 +10,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ingest.app import create_app
-from shared import db, events
 from tests import factories
 from tests.conftest import STRIPE_SECRET
-from worker import handlers, jobs
+from webhooks.ingest.app import create_app
+from webhooks.shared import db, events, handlers
+from webhooks.worker import jobs
 
 POISON_NUMBERS = ["1e5000", "-1e400", "1e-400", "1e308", "1" * 5000, "NaN", "Infinity"]
 
@@ -119,7 +119,7 @@ def test_a_captured_delivery_resent_with_new_ids_is_a_duplicate(  # type: ignore
     duplicate."""
     from dataclasses import replace
 
-    from shared import providers
+    from webhooks.shared import providers
 
     signature_header, id_header, type_header = UNSIGNED_IDS[provider]
     secret = "unsigned-ids-secret"
@@ -142,8 +142,8 @@ def test_one_body_under_two_types_is_two_events(settings, clean_db) -> None:  # 
     third delivery of that body under a new id and one of the two topics is a duplicate."""
     from dataclasses import replace
 
-    from shared import providers
     from tests import handlers_for_tests  # noqa: F401 (its orders/* handler)
+    from webhooks.shared import providers
 
     handlers.load(settings)
     secret = "shopify-topics-secret"

@@ -12,10 +12,10 @@ import requests
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ingest.app import create_app
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
+from webhooks.ingest.app import create_app
+from webhooks.shared.settings import Settings
 
 
 def count(engine: Engine, table: str) -> int:

@@ -11,12 +11,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import queries
-from shared.settings import Settings
 from tests import factories
+from webhooks import JobContext
 from webhooks.ledger.handlers import AccountLock
-from worker import handlers, jobs, retries
-from worker.handlers import JobContext
+from webhooks.shared import handlers, queries
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs, retries
 
 
 def scalar(engine: Engine, sql: str, **params: object) -> object:
@@ -150,7 +150,7 @@ def test_a_batch_logs_one_info_line_and_each_job_at_debug_its_failures_at_warnin
     no_customer = factories.stripe_event("invoice.paid", {"id": "in_bad"})
     factories.insert_event_and_job(clean_db, no_customer)
 
-    with caplog.at_level(logging.DEBUG, logger="worker.jobs"):
+    with caplog.at_level(logging.DEBUG, logger="webhooks.worker.jobs"):
         jobs.process_batch(clean_db, settings, limit=10)
 
     info = [r for r in caplog.records if r.levelno == logging.INFO]

@@ -13,13 +13,13 @@ from click.testing import CliRunner
 from flask import Flask
 from sqlalchemy.engine import Engine
 
-from shared import db, hooks
-from shared.settings import Settings
 from tests import factories
 from tests.console_helpers import PASSWORD, basic
 from webhooks.cli import main
 from webhooks.console import ConsoleSettings, create_blueprint
-from worker import handlers, jobs
+from webhooks.shared import db, handlers, hooks
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 
 @pytest.fixture(autouse=True)

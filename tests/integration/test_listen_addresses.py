@@ -8,9 +8,9 @@ from pathlib import Path
 
 import psutil
 
-from shared.settings import Settings
 from tests import processes
 from tests.console_helpers import PASSWORD
+from webhooks.shared.settings import Settings
 
 
 def listening(port: int) -> set[str]:

@@ -10,12 +10,12 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
-from ingest import health
-from ingest.app import create_app
-from shared import pausing
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
+from webhooks.ingest import health
+from webhooks.ingest.app import create_app
+from webhooks.shared import pausing
+from webhooks.shared.settings import Settings
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -54,8 +54,8 @@ def test_every_database_503_is_counted_as_database(settings: Settings) -> None:
 
 
 def test_unexpected_errors_are_counted_by_cause() -> None:
-    from ingest.webhooks import _refusal_reason
-    from shared.errors import DatabaseUnavailable
+    from webhooks.ingest.webhooks import _refusal_reason
+    from webhooks.shared.errors import DatabaseUnavailable
 
     try:
         try:
@@ -173,8 +173,8 @@ def test_the_clock_sweep_age_and_intervals_are_on_metrics(clean_db: Engine,
     """Each sweep stamps the clock's heartbeat; /metrics shows its age by the database's
     clock, the intervals the clock runs with, and how stale each source it reconciles is
     (only those: a source run by hand once is not expected to stay fresh)."""
-    from shared import db, wakeups
     from webhooks.clock.sweep import Beat, sweep
+    from webhooks.shared import db, wakeups
 
     engine = db.create_engine(settings, pool_size=1)
     broker = wakeups.create_broker(settings)

@@ -25,13 +25,13 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
-from shared.models import EmailStatus, JobStatus
-from shared.settings import Settings
 from tests import processes
 from tests.conftest import STRIPE_SECRET
 from tests.integration.test_alert_rules import rules
 from tests.integration.test_dashboard import DASHBOARD, expressions
 from tests.metric_names import base_name, metric_names
+from webhooks.shared.models import EmailStatus, JobStatus
+from webhooks.shared.settings import Settings
 
 # Families whose samples tell of something that has not happened on an empty database with
 # no clock: HELP and TYPE only, until it has.
@@ -98,7 +98,8 @@ def has_sample(family: Metric | None, name: str, **labels: str) -> bool:
 def audit_checks(env: dict[str, str]) -> set[str]:
     """The checks the clock's audit runs with this environment (the core's and the named
     apps'), asked of a fresh interpreter (this one runs the tests' apps)."""
-    code = ("import json; from shared import audit, hooks; from shared.settings import "
+    code = ("import json; from webhooks.shared import audit, hooks; "
+            "from webhooks.shared.settings import "
             "Settings; hooks.load(Settings.from_env().handler_modules); "
             "print(json.dumps([name for name, _ in audit.checks(None, audit.DEFAULT_STALE)]))")
     result = subprocess.run([sys.executable, "-c", code], env=env, cwd=processes.ROOT,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from shared.settings import Settings
 from tests import processes
+from webhooks.shared.settings import Settings
 
 
 def _env(settings: Settings, tmp: Path, **extra: str) -> dict[str, str]:

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from benchmarks import migration_locks
-from shared import recording
 from tests.conftest import create_database, drop_database
+from webhooks.shared import recording
 
 BODY = b'{"id": 820982911946154508, "email": "jon@example.com", "total_price": "598.94"}'
 

@@ -14,8 +14,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Engine
 
-from shared.events import EventFilter, list_events
 from tests.conftest import ROOT, create_database, drop_database
+from webhooks.shared.events import EventFilter, list_events
 
 ROWS = 25  # several backfill batches of 7
 

@@ -13,8 +13,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Engine
 
-from shared import queries
 from tests.conftest import ROOT, create_database, drop_database
+from webhooks.shared import queries
 
 ROWS = 25  # per provider: several backfill batches of 7
 

@@ -13,11 +13,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import db, notifications
-from shared.notifications import Kind, Occurrence
-from shared.settings import Settings
 from tests import factories
-from worker import handlers, jobs, outbox
+from webhooks.shared import db, handlers, notifications
+from webhooks.shared.notifications import Kind, Occurrence
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs, outbox
 
 
 @pytest.fixture(autouse=True)
@@ -204,7 +204,7 @@ def test_without_a_channel_a_notification_is_recorded_sent(clean_db, settings) -
 
 def test_a_failed_email_records_email_failed_in_its_transaction(clean_db, notify_settings,
                                                                monkeypatch) -> None:
-    from shared.errors import EmailRejected
+    from webhooks.shared.errors import EmailRejected
 
     with db.transaction(clean_db) as conn:
         conn.execute(sa.text(
@@ -242,8 +242,8 @@ def test_a_handler_notifies_with_its_job(clean_db, notify_settings) -> None:
 
 
 def test_reconciliation_runs_record_found_and_failing(clean_db, notify_settings) -> None:
-    from shared import reconciliation
-    from shared.reconciliation import Result
+    from webhooks.shared import reconciliation
+    from webhooks.shared.reconciliation import Result
 
     start = datetime.now(UTC)
     reconciliation.since_for_clock(clean_db, "stripe")
@@ -287,7 +287,7 @@ def test_the_command_lists_notifications_newest_first(clean_db, settings,
 
 def test_retention_prunes_old_finished_notifications_only(clean_db, notify_settings,
                                                           settings) -> None:
-    from shared import retention
+    from webhooks.shared import retention
 
     record(clean_db, settings, Occurrence(Kind.DATABASE_FAILOVER))  # sent: no channel
     record(clean_db, notify_settings, Occurrence(Kind.JOB_FAILED, "stripe", "stripe"))
@@ -304,8 +304,8 @@ def test_the_sweep_records_a_failover_once_and_wakes_the_dispatcher_for_due_tail
         clean_db, notify_settings) -> None:
     from dramatiq.brokers.stub import StubBroker
 
-    from shared import wakeups
     from webhooks.clock.sweep import sweep
+    from webhooks.shared import wakeups
 
     broker = StubBroker()
     broker.declare_queue(wakeups.NOTIFY_QUEUE)
@@ -339,7 +339,7 @@ def test_the_sweep_records_a_failover_once_and_wakes_the_dispatcher_for_due_tail
 
 def test_web_metrics_show_notifications_per_status(clean_db, notify_settings,
                                                    settings) -> None:
-    from ingest.app import create_app
+    from webhooks.ingest.app import create_app
 
     record(clean_db, notify_settings, Occurrence(Kind.JOB_FAILED, "stripe", "stripe"))
     record(clean_db, settings, Occurrence(Kind.DATABASE_FAILOVER))

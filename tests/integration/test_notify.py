@@ -15,13 +15,13 @@ import sqlalchemy as sa
 from prometheus_client import REGISTRY
 from sqlalchemy.engine import Engine
 
-from shared import db, notifications, queries
-from shared.errors import ConfigError
-from shared.notifications import Kind, Occurrence
-from shared.settings import Settings
 from tests.fakes.notify_receivers import NotifyReceivers
 from tests.fakes.postmark_server import FakePostmark
-from worker import notify, outbox
+from webhooks.shared import db, notifications, queries
+from webhooks.shared.errors import ConfigError
+from webhooks.shared.notifications import Kind, Occurrence
+from webhooks.shared.settings import Settings
+from webhooks.worker import notify, outbox
 
 SECRET = "whsec_" + base64.b64encode(b"notification-test-secret-32bytes").decode()
 

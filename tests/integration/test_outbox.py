@@ -21,12 +21,12 @@ import sqlalchemy as sa
 from prometheus_client import REGISTRY
 from sqlalchemy.engine import Engine
 
-from shared import failover
-from shared.errors import EmailOutcomeUnknown
-from shared.settings import Settings
 from tests.fakes.postmark_server import FakePostmark
-from worker import outbox, postmark
-from worker.postmark import PostmarkSender, Sent
+from webhooks.shared import failover
+from webhooks.shared.errors import EmailOutcomeUnknown
+from webhooks.shared.settings import Settings
+from webhooks.worker import outbox, postmark
+from webhooks.worker.postmark import PostmarkSender, Sent
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 0.3  # the client's; the fake's slow answers take longer
@@ -305,10 +305,10 @@ def test_two_dispatchers_racing_send_each_key_once(database_url, clean_db, mail_
 
 CHILD = """
 import os, signal
-from shared import db
-from shared.errors import EmailOutcomeUnknown
-from shared.settings import Settings
-from worker import outbox
+from webhooks.shared import db
+from webhooks.shared.errors import EmailOutcomeUnknown
+from webhooks.shared.settings import Settings
+from webhooks.worker import outbox
 
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)

@@ -11,10 +11,10 @@ import sqlalchemy as sa
 from flask import Flask
 from sqlalchemy.engine import Engine
 
-from shared import overview, pausing
 from tests import factories
 from tests.console_helpers import PASSWORD, basic
 from webhooks.console import ConsoleSettings, create_blueprint
+from webhooks.shared import overview, pausing
 
 SOURCES = {("stripe", "stripe"): 30, ("stripe", "connect"): 12, ("github", "github"): 6,
            ("paddle", "paddle"): 1}

@@ -9,12 +9,12 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import Engine
 
-from ingest.app import create_app
-from shared import events, overview, pausing, queries
-from shared.settings import Settings
 from tests import factories
 from webhooks.cli import main
-from worker import handlers, jobs
+from webhooks.ingest.app import create_app
+from webhooks.shared import events, handlers, overview, pausing, queries
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 
 def job_of(engine: Engine, provider: str, n: int) -> int:

@@ -15,11 +15,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import db, pausing, queries, recording, wakeups
-from shared.settings import Settings
 from tests import factories
 from webhooks.clock.sweep import sweep
-from worker import handlers, jobs
+from webhooks.shared import db, handlers, pausing, queries, recording, wakeups
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 
 @pytest.fixture()

@@ -15,13 +15,13 @@ from click.testing import CliRunner
 from prometheus_client import REGISTRY
 from sqlalchemy.engine import Engine
 
-from ingest.app import create_app
-from shared import pausing, queries
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
 from webhooks.cli import main
-from worker import jobs
+from webhooks.ingest.app import create_app
+from webhooks.shared import pausing, queries
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 CONNECT_SECRET = "whsec_connect_endpoint_secret"
 EU_SECRET = "whsec_second_account_secret"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from shared import db, pooler
-from shared.settings import Settings
 from tests import processes
 from tests.acceptance.harness import PrivatePgbouncer
+from webhooks.shared import db, pooler
+from webhooks.shared.settings import Settings
 
 WARNING = "set DATABASE_POOLER=transaction"
 

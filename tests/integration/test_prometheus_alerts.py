@@ -14,10 +14,10 @@ import pytest
 import requests
 from sqlalchemy.engine import Engine
 
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
-from worker import jobs
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 PROMETHEUS = shutil.which("prometheus")

@@ -21,13 +21,13 @@ import sqlalchemy as sa
 import stripe
 from sqlalchemy.engine import Engine
 
-from shared import db, reconciliation
-from shared.errors import MissingVariable
-from shared.models import ReceivedVia
-from shared.recording import record_event
-from shared.settings import Settings
 from tests.fakes import provider_events
 from tests.fakes.provider_apis import GITHUB_TOKEN, HOOK, PADDLE_KEY, STRIPE_KEY, FakeProviderApis
+from webhooks.shared import db, reconciliation
+from webhooks.shared.errors import MissingVariable
+from webhooks.shared.models import ReceivedVia
+from webhooks.shared.recording import record_event
+from webhooks.shared.settings import Settings
 
 SINCE = datetime.now(UTC) - timedelta(hours=72)
 
@@ -349,7 +349,7 @@ def _github_delivery(n: int) -> dict[str, Any]:
 
 def test_web_metrics_show_reconciliation_from_the_database(fake, recording, database_url,  # type: ignore[no-untyped-def]
                                                            settings) -> None:
-    from ingest.app import create_app
+    from webhooks.ingest.app import create_app
 
     serve_stripe(fake, stripe_events(4))
     deliver(recording, "stripe", fake.state.stripe_events[0], "evt_00000", "invoice.paid")

@@ -13,9 +13,9 @@ from typing import Any
 import dramatiq
 import pytest
 
-from shared import wakeups
-from shared.redis_broker import IDLE_WAIT_SECONDS, NoticedRedisBroker
-from shared.settings import Settings
+from webhooks.shared import wakeups
+from webhooks.shared.redis_broker import IDLE_WAIT_SECONDS, NoticedRedisBroker
+from webhooks.shared.settings import Settings
 
 TIMEOUT_MS = 10_000  # an idle poll would sleep up to this long
 WORKER_TIMEOUT_MS = 100  # what `webhooks worker` gives Dramatiq (dramatiq_worker_timeout)

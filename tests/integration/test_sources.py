@@ -21,12 +21,13 @@ import standardwebhooks
 import stripe
 from sqlalchemy.engine import Engine
 
-from ingest.app import create_app
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
 from tests.integration.test_ingest import _deliver
-from worker import handlers, jobs
+from webhooks.ingest.app import create_app
+from webhooks.shared import handlers
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 CONNECT_SECRET = "whsec_connect_endpoint_secret"

@@ -21,15 +21,15 @@ import sqlalchemy as sa
 import stripe
 from sqlalchemy.engine import Engine
 
-from ingest.app import create_app
-from shared import audit, db, reconciliation
-from shared.reconciliation import stripe as stripe_reconciliation
-from shared.settings import Settings
 from tests import factories
 from tests.conftest import STRIPE_SECRET
 from tests.fakes import provider_events
 from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
-from worker import handlers, jobs, thin_events
+from webhooks.ingest.app import create_app
+from webhooks.shared import audit, db, handlers, reconciliation
+from webhooks.shared.reconciliation import stripe as stripe_reconciliation
+from webhooks.shared.settings import Settings
+from webhooks.worker import jobs, thin_events
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -111,7 +111,7 @@ def test_a_thin_invoice_paid_is_credited_from_the_fetched_invoice_after_failed_f
     thin = thin_invoice_paid(fake, invoice("in_thin"), event_id="evt_thin")
     job_id = factories.insert_event_and_job(clean_db, thin)
     fake.state.rate_limited, fake.state.fail_next = 1, 1  # the first fetch 429, the next 500
-    with caplog.at_level(logging.WARNING, logger="worker.jobs"):
+    with caplog.at_level(logging.WARNING, logger="webhooks.worker.jobs"):
         jobs.process_batch(clean_db, thin_settings)
         assert rows(clean_db, "SELECT status, attempts FROM jobs") == [("pending", 1)]
         assert "RateLimitError" in rows(clean_db, "SELECT last_error FROM jobs")[0][0]
@@ -386,7 +386,7 @@ def test_the_library_parses_a_thin_destinations_delivery_under_each_secret(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Verified by `StripeClient.parse_event_notification` (spied on), under the old secret
     of a rotation too, and recorded exactly as sent, with its context as the account."""
-    from shared.providers import stripe as stripe_provider
+    from webhooks.shared.providers import stripe as stripe_provider
 
     calls: list[str] = []
     parse = stripe.StripeClient.parse_event_notification

@@ -13,12 +13,12 @@ from pathlib import Path
 import requests
 from sqlalchemy.engine import Engine
 
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
 from tests.fakes.otlp_collector import OtlpCollector, ReceivedSpan
 from tests.fakes.postmark_server import DEFAULT_TOKEN, FakePostmark
 from tests.integration.test_worker_process import env_for, scalar
+from webhooks.shared.settings import Settings
 
 SERVER_KIND = 2  # SpanKind SERVER in OTLP
 CLIENT_KIND = 3
@@ -132,10 +132,10 @@ def test_without_the_variable_no_tracing_is_loaded(
     program = f"""
 import json, sys
 from tests import factories
-from shared.settings import Settings
-from ingest.app import create_app
-import worker.actors
-from worker import jobs
+from webhooks.shared.settings import Settings
+from webhooks.ingest.app import create_app
+import webhooks.worker.actors
+from webhooks.worker import jobs
 settings = Settings.from_env()
 body = json.dumps(factories.stripe_event("invoice.paid", factories.invoice())).encode()
 client = create_app(settings).test_client()
@@ -143,7 +143,7 @@ answer = client.post("/webhooks/stripe", data=body, headers={{
     "Stripe-Signature": factories.stripe_signature(body, {STRIPE_SECRET!r})}})
 assert answer.status_code == 200, answer.data
 assert jobs.process_batch(worker.actors.engine(), settings).done == 1
-from shared import tracing
+from webhooks.shared import tracing
 assert not tracing.enabled()
 loaded = sorted(name for name in sys.modules
                 if name.startswith(("opentelemetry.instrumentation", "opentelemetry.exporter"))

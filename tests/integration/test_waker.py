@@ -7,9 +7,9 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from ingest.waker import Waker
-from shared import wakeups
-from shared.settings import Settings
+from webhooks.ingest.waker import Waker
+from webhooks.shared import wakeups
+from webhooks.shared.settings import Settings
 
 FAILURES = "webhooks_broker_enqueue_failures_total"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
+from webhooks.shared.settings import Settings
 
 MAX_BODY = 4096
 

@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared.settings import Settings
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
+from webhooks.shared.settings import Settings
 
 
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:

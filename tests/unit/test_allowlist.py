@@ -6,9 +6,9 @@ import ipaddress
 
 import pytest
 
-from ingest.allowlist import Allowlist, for_sources
-from shared.errors import SourceNotAllowed
-from shared.settings import Settings
+from webhooks.ingest.allowlist import Allowlist, for_sources
+from webhooks.shared.errors import SourceNotAllowed
+from webhooks.shared.settings import Settings
 
 
 def allowlist(*entries: str) -> Allowlist:

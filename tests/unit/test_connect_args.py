@@ -1,4 +1,4 @@
-"""shared.db.connect_args: a direct connection carries the server settings as startup
+"""webhooks.shared.db.connect_args: a direct connection carries the server settings as startup
 options; behind a pooler in transaction mode (DATABASE_POOLER=transaction) a connection
 carries nothing that lives in a server session. DATABASE_POOLER takes `transaction` only."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared import db
-from shared.errors import ConfigError
-from shared.settings import Settings
+from webhooks.shared import db
+from webhooks.shared.errors import ConfigError
+from webhooks.shared.settings import Settings
 
 THIS_END = {"connect_timeout", "application_name", "keepalives", "keepalives_idle",
             "keepalives_interval", "keepalives_count", "tcp_user_timeout"}

@@ -8,7 +8,7 @@ import resource
 
 import pytest
 
-from ingest import server
+from webhooks.ingest import server
 
 
 class Limits:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import ConfigError, MissingVariable
-from shared.settings import Settings
 from webhooks.console.auth import Guard
 from webhooks.console.settings import ConsoleSettings
+from webhooks.shared.errors import ConfigError, MissingVariable
+from webhooks.shared.settings import Settings
 
 SERVERS = {"DATABASE_URL": "postgresql://u@h/db", "BROKER_URL": "redis://h/0"}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared import db
-from shared.errors import ConfigError
-from shared.settings import Settings
+from webhooks.shared import db
+from webhooks.shared.errors import ConfigError
+from webhooks.shared.settings import Settings
 
 
 @pytest.mark.parametrize(("raw", "expected"), [

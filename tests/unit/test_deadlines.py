@@ -1,4 +1,4 @@
-"""shared.deadlines: a statement past its deadline is cancelled once; one that ends in
+"""webhooks.shared.deadlines: a statement past its deadline is cancelled once; one that ends in
 time never is."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from shared.deadlines import TICK_SECONDS, Deadlines
+from webhooks.shared.deadlines import TICK_SECONDS, Deadlines
 
 
 class Connection:

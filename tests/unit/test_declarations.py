@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from shared import variables
-from shared.errors import ConfigError
-from shared.providers import PROVIDERS, RECONCILED
-from shared.providers.base import SecretFormat
-from shared.reconciliation import PROVIDERS as RECONCILED_BY_CLOCK
-from shared.settings import Settings
 from webhooks import readme
 from webhooks.cli import source_of
 from webhooks.console.settings import ConsoleSettings
+from webhooks.shared import variables
+from webhooks.shared.errors import ConfigError
+from webhooks.shared.providers import PROVIDERS, RECONCILED
+from webhooks.shared.providers.base import SecretFormat
+from webhooks.shared.reconciliation import PROVIDERS as RECONCILED_BY_CLOCK
+from webhooks.shared.settings import Settings
 
 
 def test_the_readme_tables_are_the_declarations() -> None:

@@ -3,7 +3,7 @@ sight for RECONCILE_AFTER_FAILOVER_HOURS, closed without a recorded failover."""
 
 from __future__ import annotations
 
-from shared.failover import in_window
+from webhooks.shared.failover import in_window
 
 
 def test_the_window_is_open_for_its_hours_after_a_failover() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ingest import front
+from webhooks.ingest import front
 
 # Every header a provider signs or the ingest trusts (shared/providers/*.py, the README's
 # Providers table, TRUSTED_PROXIES), and the two that frame a body.

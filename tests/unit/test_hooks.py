@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from shared import hooks
-from shared.payloads import Unloadable
 from webhooks import tables
 from webhooks.ledger import hooks as ledger_hooks
+from webhooks.shared import hooks
+from webhooks.shared.payloads import Unloadable
 
 
 def test_a_provider_without_a_lock_key_has_none() -> None:

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared import notifications
-from shared.errors import ConfigError
-from shared.notifications import Kind, Message
-from shared.settings import Settings
+from webhooks.shared import notifications
+from webhooks.shared.errors import ConfigError
+from webhooks.shared.notifications import Kind, Message
+from webhooks.shared.settings import Settings
 
 
 def message(**changes: object) -> Message:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from worker.outbox import OneDispatchPerProcess
+from webhooks.worker.outbox import OneDispatchPerProcess
 
 
 class BlockingRound:

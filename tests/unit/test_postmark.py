@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.errors import EmailOutcomeUnknown, EmailRejected
-from shared.settings import Settings
 from tests.fakes.postmark_server import FakePostmark
-from worker import postmark
-from worker.postmark import ConsoleSender, OutboundEmail, PostmarkSender, Sent
+from webhooks.shared.errors import EmailOutcomeUnknown, EmailRejected
+from webhooks.shared.settings import Settings
+from webhooks.worker import postmark
+from webhooks.worker.postmark import ConsoleSender, OutboundEmail, PostmarkSender, Sent
 
 FROM = "billing@example.com"
 
@@ -155,7 +155,7 @@ def test_without_a_token_emails_go_to_the_log(caplog):
     chosen = postmark.sender_for(Settings.from_env({}))
     assert isinstance(chosen, ConsoleSender)
 
-    with caplog.at_level(logging.DEBUG, logger="worker.postmark"):
+    with caplog.at_level(logging.DEBUG, logger="webhooks.worker.postmark"):
         outcomes = chosen.send([email("receipt:in_9", to="someone@example.com"),
                                 email("receipt:in_10", to="other@example.com")])
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from shared.errors import EmailOutcomeUnknown
 from tests.fakes.postmark_server import DEFAULT_TOKEN
-from worker.postmark import OutboundEmail, PostmarkSender, Sent
+from webhooks.shared.errors import EmailOutcomeUnknown
+from webhooks.worker.postmark import OutboundEmail, PostmarkSender, Sent
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 from werkzeug.datastructures import Headers
 
-from shared.errors import InvalidPayload, InvalidSignature
-from shared.providers import PROVIDERS
-from shared.providers.base import Delivery
-from shared.sources import Source
+from webhooks.shared.errors import InvalidPayload, InvalidSignature
+from webhooks.shared.providers import PROVIDERS
+from webhooks.shared.providers.base import Delivery
+from webhooks.shared.sources import Source
 
 NOW = int(time.time())
 TOLERANCE = 300

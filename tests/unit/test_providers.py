@@ -24,9 +24,9 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 from werkzeug.datastructures import Headers
 
-from shared.errors import InvalidPayload, InvalidSignature
-from shared.providers import PROVIDERS, github, paddle, shopify, slack, standard, stripe
-from shared.sources import Source
+from webhooks.shared.errors import InvalidPayload, InvalidSignature
+from webhooks.shared.providers import PROVIDERS, github, paddle, shopify, slack, standard, stripe
+from webhooks.shared.sources import Source
 
 NOW = int(time.time())
 TOLERANCE = 300
@@ -666,7 +666,7 @@ def test_stripe_future_timestamp_is_not_sidestepped_by_reordering_the_header(
         layout: str) -> None:
     """Signed over a timestamp an hour ahead, then dressed so that a naive parser finds
     a fresh `t` first: refused (the signed one is outside the tolerance)."""
-    from shared.providers import stripe as scheme
+    from webhooks.shared.providers import stripe as scheme
 
     now = int(time.time())
     future = now + 3600
@@ -683,7 +683,7 @@ THIN_KEY = "whsec_thin_destination"
 
 
 def _thin_source() -> Source:
-    from shared.sources import EventKind
+    from webhooks.shared.sources import EventKind
 
     return Source("stripe", "thin", (THIN_KEY,), api_key="sk_test_thin", events=EventKind.THIN)
 

@@ -34,11 +34,11 @@ from standardwebhooks.webhooks import Webhook as StandardWebhook
 from svix.webhooks import Webhook as SvixWebhook
 from werkzeug.datastructures import Headers
 
-from shared.errors import InvalidPayload, InvalidSignature
-from shared.providers import get
-from shared.providers.base import Delivery
-from shared.sources import Source
 from tests.factories import provider_fixture
+from webhooks.shared.errors import InvalidPayload, InvalidSignature
+from webhooks.shared.providers import get
+from webhooks.shared.providers.base import Delivery
+from webhooks.shared.sources import Source
 
 TOLERANCE = 300
 

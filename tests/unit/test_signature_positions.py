@@ -10,9 +10,9 @@ from types import ModuleType
 
 import pytest
 
-from shared.errors import InvalidSignature
-from shared.providers import PROVIDERS, paddle, standard, stripe
-from shared.sources import Source
+from webhooks.shared.errors import InvalidSignature
+from webhooks.shared.providers import PROVIDERS, paddle, standard, stripe
+from webhooks.shared.sources import Source
 
 TOLERANCE = 300
 BODIES = {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import ConfigError, MissingVariable
-from shared.providers import PROVIDERS
-from shared.settings import Settings
-from shared.sources import EventKind, Livemode, secret_variable
+from webhooks.shared.errors import ConfigError, MissingVariable
+from webhooks.shared.providers import PROVIDERS
+from webhooks.shared.settings import Settings
+from webhooks.shared.sources import EventKind, Livemode, secret_variable
 
 
 def test_the_default_source_is_the_providers_own_variables() -> None:
@@ -69,7 +69,7 @@ def test_a_bad_source_name_is_refused(names: str) -> None:
 
 
 def test_a_path_names_its_provider_and_its_sources_label() -> None:
-    from ingest.webhooks import provider_of
+    from webhooks.ingest.webhooks import provider_of
 
     assert provider_of("/webhooks/stripe") == ("stripe", "stripe")
     assert provider_of("/webhooks/stripe/connect") == ("stripe", "stripe/connect")

@@ -15,9 +15,9 @@ from standardwebhooks.webhooks import Webhook as StandardWebhook
 from svix.webhooks import Webhook as SvixWebhook
 from werkzeug.datastructures import Headers
 
-from shared.errors import InvalidPayload, InvalidSignature
-from shared.providers import standard
-from shared.sources import Source
+from webhooks.shared.errors import InvalidPayload, InvalidSignature
+from webhooks.shared.providers import standard
+from webhooks.shared.sources import Source
 
 NOW = 1_760_000_000
 TOLERANCE = 300

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from shared.events import EventRow
 from webhooks import tables
+from webhooks.shared.events import EventRow
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

@@ -3,7 +3,7 @@ how many messages a count of due rows needs."""
 
 from __future__ import annotations
 
-from shared import wakeups
+from webhooks.shared import wakeups
 
 
 def test_one_id_per_claims_worth_the_last_of_each_share() -> None:

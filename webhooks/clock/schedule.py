@@ -27,12 +27,12 @@ import dramatiq
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.engine import Engine
 
-from shared import audit as audits
-from shared import db, failover, hooks, queries, reconciliation, retention, wakeups
-from shared.errors import describe
-from shared.settings import Settings
-from shared.sources import Source
 from webhooks.clock.sweep import Beat, sweep
+from webhooks.shared import audit as audits
+from webhooks.shared import db, failover, hooks, queries, reconciliation, retention, wakeups
+from webhooks.shared.errors import describe
+from webhooks.shared.settings import Settings
+from webhooks.shared.sources import Source
 
 log = logging.getLogger(__name__)
 AUDIT_FIRST_AFTER_SECONDS = 300  # a clock's first audit, at most this long after its start

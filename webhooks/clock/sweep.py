@@ -29,9 +29,9 @@ import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shared import db, failover, notifications, pausing, queries, wakeups
-from shared.models import SWEEP_HEARTBEAT
-from shared.settings import Settings
+from webhooks.shared import db, failover, notifications, pausing, queries, wakeups
+from webhooks.shared.models import SWEEP_HEARTBEAT
+from webhooks.shared.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ from granian.constants import Interfaces
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.wrappers import Request
 
-from shared import db, sources, wakeups, wsgi_server
-from shared.settings import Settings
 from webhooks.console.auth import Guard
 from webhooks.console.blueprint import GUARD, create_blueprint, secure
 from webhooks.console.front import REFUSAL, Front, Refusal
 from webhooks.console.settings import ConsoleSettings
+from webhooks.shared import db, sources, wakeups, wsgi_server
+from webhooks.shared.settings import Settings
 
 THREADS = 4  # app threads, and the pool's connections
 MAX_FORM_BYTES = 64 * 1024  # the console's forms are a token and a few filters
@@ -88,7 +88,7 @@ def serve(settings: Settings, console_settings: ConsoleSettings, host: str,
     before listening when ConsoleSettings.check fails."""
     global _serving
     console_settings.check(settings)
-    from shared.logs import configure_logging
+    from webhooks.shared.logs import configure_logging
 
     configure_logging(settings)
     _serving = (settings, console_settings, threads)
@@ -102,7 +102,7 @@ def _server_app() -> Front:
     settings, console_settings, threads = _serving or (
         Settings.from_env(), ConsoleSettings.from_env(), THREADS)
     if _serving is None:
-        from shared.logs import configure_logging
+        from webhooks.shared.logs import configure_logging
 
         configure_logging(settings)
     return Front(create_app(settings, console_settings, threads=threads), threads)

@@ -27,14 +27,14 @@ from sqlalchemy.engine import Engine
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
-from shared import hooks, sources
-from shared.errors import DatabaseUnavailable
-from shared.events import MAX_ROW_ID
-from shared.models import EmailStatus, JobStatus
 from webhooks.console import emails, events, notifications, overview, pauses
 from webhooks.console.auth import TOKEN_FIELD, Guard
 from webhooks.console.settings import ConsoleSettings
 from webhooks.console.state import Console
+from webhooks.shared import hooks, sources
+from webhooks.shared.errors import DatabaseUnavailable
+from webhooks.shared.events import MAX_ROW_ID
+from webhooks.shared.models import EmailStatus, JobStatus
 
 log = logging.getLogger(__name__)
 

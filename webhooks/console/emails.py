@@ -8,10 +8,10 @@ import sqlalchemy as sa
 from flask import Blueprint, abort, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from shared.events import MAX_ROW_ID, list_emails
-from shared.models import EmailStatus, outbox
-from shared.replay import retry_email
 from webhooks.console.state import current, reading
+from webhooks.shared.events import MAX_ROW_ID, list_emails
+from webhooks.shared.models import EmailStatus, outbox
+from webhooks.shared.replay import retry_email
 
 PAGE_SIZE = 50
 

@@ -15,11 +15,18 @@ from sqlalchemy.engine import Connection
 from werkzeug.datastructures import MultiDict
 from werkzeug.wrappers import Response
 
-from shared.events import MAX_PAGE, Cursor, EventFilter, count_events, list_events, show_event
-from shared.models import JobStatus, jobs
-from shared.replay import ReplayFilter, ReplayRefused, replay
-from shared.terminal import visible_json
 from webhooks.console.state import current, reading
+from webhooks.shared.events import (
+    MAX_PAGE,
+    Cursor,
+    EventFilter,
+    count_events,
+    list_events,
+    show_event,
+)
+from webhooks.shared.models import JobStatus, jobs
+from webhooks.shared.replay import ReplayFilter, ReplayRefused, replay
+from webhooks.shared.terminal import visible_json
 
 PAGE_SIZE = 50
 COUNT_AT_MOST = 10_000  # the listing says "10000+" beyond this

@@ -8,9 +8,9 @@ from enum import StrEnum
 
 from flask import Blueprint, abort, render_template, request
 
-from shared.models import NotificationKind, NotificationStatus
-from shared.notifications import list_notifications
 from webhooks.console.state import reading
+from webhooks.shared.models import NotificationKind, NotificationStatus
+from webhooks.shared.notifications import list_notifications
 
 PAGE_SIZE = 100
 

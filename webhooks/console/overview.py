@@ -10,9 +10,9 @@ from datetime import UTC
 
 from flask import Blueprint, render_template
 
-from shared import events, overview
 from webhooks.console import chart
 from webhooks.console.state import current, reading
+from webhooks.shared import events, overview
 
 CHART_HOURS = 24
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from flask import Blueprint, abort, redirect, url_for
 from werkzeug.wrappers import Response
 
-from shared import pausing
-from shared.providers import PROVIDERS
-from shared.sources import NAME
 from webhooks.console.state import current
+from webhooks.shared import pausing
+from webhooks.shared.providers import PROVIDERS
+from webhooks.shared.sources import NAME
 
 
 def register(blueprint: Blueprint) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared import variables as v
-from shared.errors import ConfigError, MissingVariable, UnusableVariable
-from shared.settings import LOOPBACK, Settings
-from shared.variables import Section, setting
+from webhooks.shared import variables as v
+from webhooks.shared.errors import ConfigError, MissingVariable, UnusableVariable
+from webhooks.shared.settings import LOOPBACK, Settings
+from webhooks.shared.variables import Section, setting
 
 MIN_PASSWORD_LENGTH = 12  # the console faces the network with Basic auth
 C = Section.CONSOLE

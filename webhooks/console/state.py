@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from flask import g
 from sqlalchemy.engine import Connection, Engine
 
-from shared import db, wakeups
 from webhooks.console.auth import Guard
 from webhooks.console.settings import ConsoleSettings
+from webhooks.shared import db, wakeups
 
 READ_TIMEOUT = "15s"  # a page's queries; a runaway search must not hold a connection
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from shared.errors import WebhooksError
-from shared.handlers import Handler, JobContext, handler
+from webhooks import Handler, JobContext, handler
 from webhooks.ledger import emails
+from webhooks.shared.errors import WebhooksError
 
 # Locks the account row first (ON CONFLICT DO UPDATE takes the row lock), so every
 # transaction touching a customer's money takes that customer's lock before anything else.

@@ -12,10 +12,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from shared.hooks import Column, Event, Finding, LockKey, Section, audit_check, effects, lock_key
-from shared.models import JobStatus
-from shared.sources import LIVEMODE_REFUSED
+from webhooks import Column, Event, Finding, LockKey, Section, audit_check, effects, lock_key
 from webhooks.ledger.tables import ledger_entries, subscriptions
+from webhooks.shared.models import JobStatus
+from webhooks.shared.sources import LIVEMODE_REFUSED
 
 PROVIDER = "stripe"
 

@@ -24,8 +24,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from shared.models import NOW
-from shared.models import metadata as core
+from webhooks.shared.models import NOW
+from webhooks.shared.models import metadata as core
 
 metadata = MetaData(naming_convention=core.naming_convention)
 
