@@ -94,10 +94,69 @@ def test_every_package_of_the_source_is_installed(installed: Path, tmp_path: Pat
     """Each folder with an __init__.py in the checkout is importable from the install (a
     package left out of pyproject's list would fail only when its code first runs)."""
     packages = sorted(
-        ".".join(init.parent.relative_to(ROOT).parts)
-        for top in ("webhooks", "ingest", "worker", "clock", "console", "shared", "ledger")
-        for init in (ROOT / top).rglob("__init__.py"))
+        {".".join(init.parent.relative_to(ROOT).parts)
+         for init in (ROOT / "webhooks").rglob("__init__.py")}
+        | {"webhooks." + ".".join(init.parent.relative_to(ROOT).parts)
+           for top in ("ingest", "worker", "shared") for init in (ROOT / top).rglob("__init__.py")})
     result = run(installed, "python -c 'import importlib, sys; "
                  "[importlib.import_module(name) for name in sys.argv[1:]]' "
                  + " ".join(packages), tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+# A team's project with packages of the generic names ours had at the top level.
+CLASHING = {
+    "pyproject.toml": """[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+[project]
+name = "acme-clash"
+version = "1.0"
+[tool.setuptools]
+packages = ["shared", "worker", "ingest"]
+""",
+    "shared/__init__.py": "", "shared/settings.py": "NAME = 'acme shared'\n",
+    "worker/__init__.py": "def run() -> str:\n    return 'acme worker'\n",
+    "ingest/__init__.py": "",
+}
+
+
+def test_a_project_with_its_own_shared_worker_and_ingest_installs_beside_ours(
+        installed: Path, tmp_path: Path) -> None:
+    """Ours installs one top-level package, `webhooks`: a project with its own `shared`,
+    `worker` and `ingest` installs beside it, both import and run, and uninstalling that
+    project leaves ours whole."""
+    site = run(installed, "python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'",
+               tmp_path).stdout.strip()
+    dist_info = next(Path(site).glob("webhooks_exactly_once-*.dist-info"))
+    assert (dist_info / "top_level.txt").read_text().split() == ["webhooks"]
+    assert not {"shared", "worker", "ingest"} & {p.name for p in Path(site).iterdir()}
+    project = tmp_path / "acme"
+    for name, text in CLASHING.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    installed_theirs = run(installed, f"pip install --quiet --disable-pip-version-check {project}",
+                           tmp_path)
+    assert installed_theirs.returncode == 0, installed_theirs.stderr
+    both = ("python -c 'import shared.settings, worker, webhooks, webhooks.shared.settings, "
+            "webhooks.worker.jobs, webhooks.ingest.app; "
+            "print(shared.settings.NAME, worker.run(), "
+            "webhooks.shared.settings.Settings.__name__)'")
+    result = run(installed, both, tmp_path)
+    expected = (0, "acme shared acme worker Settings")
+    assert (result.returncode, result.stdout.strip()) == expected, result.stderr
+    url = create_database("webhooks_production_clash")
+    try:
+        migrated = run(installed, procfile_entry("release"), tmp_path, DATABASE_URL=url,
+                       WEBHOOK_HANDLERS="webhooks.ledger")
+        assert migrated.returncode == 0, migrated.stderr
+        removed = run(installed, "pip uninstall --yes --quiet acme-clash", tmp_path)
+        assert removed.returncode == 0, removed.stderr
+        ours = run(installed, "python -c 'import webhooks.shared.settings, webhooks.worker.jobs, "
+                   "webhooks.ingest.app, webhooks.shared'", tmp_path)
+        assert ours.returncode == 0, ours.stderr
+        again = run(installed, procfile_entry("release"), tmp_path, DATABASE_URL=url,
+                    WEBHOOK_HANDLERS="webhooks.ledger")
+        assert again.returncode == 0, again.stderr
+    finally:
+        drop_database("webhooks_production_clash")
