@@ -15,10 +15,11 @@ not configured, the 413 of a Content-Length over the limit) is decided here from
 headers alone, by the same function the route applies (ingest.webhooks.refusal).
 
 Hostile requests (docs/ingress.md, "Hostile clients"; security review 2026-12c):
-- Headers are bounded before any work per header (MAX_HEADERS, MAX_HEADER_BYTES: 431), and
-  a header name holding `_` is dropped, as PEP 3333 servers do (werkzeug, gunicorn): in the
-  environ `Content_Length` and `Content-Length` would be one name, and a client's
-  `X_Forwarded_For` would join the proxy's `X-Forwarded-For`.
+- Headers are bounded before any work per header (webhooks/shared/rsgi.py: at most
+  MAX_HEADERS and MAX_HEADER_BYTES, else 431), and a header name holding `_` is dropped,
+  as PEP 3333 servers do (werkzeug, gunicorn): in the environ `Content_Length` and
+  `Content-Length` would be one name, and a client's `X_Forwarded_For` would join the
+  proxy's `X-Forwarded-For`.
 - A body is counted as it is read, with or without a Content-Length, and never past
   MAX_BODY_BYTES; one sent in more than `_max_pieces` pieces (a chunk a byte) is refused.
 - The bodies one process holds at once (being read, or waiting for an app thread) are
@@ -33,25 +34,18 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import sys
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from flask import Flask
 
 from webhooks.ingest import webhooks
-from webhooks.shared import metrics
+from webhooks.shared import metrics, rsgi
 from webhooks.shared.errors import BodyTimeout, InvalidPayload, PayloadTooLarge, RejectedDelivery
 
 # A body must arrive within this long of the request's headers. A provider's delivery is
 # a few kilobytes sent at once; MAX_BODY_BYTES at a slow client's pace fits well within it.
 BODY_SECONDS = 10.0
-# A request's headers, checked before any work per header: as many as hyper's HTTP/1.1
-# parser takes at all, and their names and values together at most this many bytes (a
-# provider sends under 2 KiB; nginx's default buffers take 32 KiB).
-MAX_HEADERS = 100
-MAX_HEADER_BYTES = 65_536
 # Bodies up to this size are "small" (every provider's ordinary delivery): the last eighth
 # of the body budget is theirs alone.
 SMALL_BODY = 65_536
@@ -81,8 +75,8 @@ class Front:
         if scope.proto != "http":
             return
         try:
-            environ = _environ(scope)
-        except HeadersTooLarge as error:
+            environ = rsgi.environ(scope)
+        except rsgi.HeadersTooLarge as error:
             _answer(protocol, error.status, {"error": str(error)})
             return
         refused = webhooks.refusal(self._app, environ)
@@ -131,7 +125,7 @@ class Front:
         environ.pop("HTTP_TRANSFER_ENCODING", None)
         environ["wsgi.input"] = io.BytesIO(body)
         loop = asyncio.get_running_loop()
-        status, headers, content = await loop.run_in_executor(self._pool, _call, self._app,
+        status, headers, content = await loop.run_in_executor(self._pool, rsgi.call, self._app,
                                                               environ)
         protocol.response_bytes(status, headers, content)
 
@@ -165,13 +159,6 @@ class Busy(RejectedDelivery):
 
     status = 503
     reason = "busy"
-
-
-class HeadersTooLarge(Exception):
-    """More than MAX_HEADERS headers, or more than MAX_HEADER_BYTES of them: 431, before
-    the request is anyone's (no provider, no source: not counted as a delivery)."""
-
-    status = 431
 
 
 class _TooLarge(Exception):
@@ -248,69 +235,6 @@ class _Hold:
         size, self.size = self.size, 0
         if size:
             self._budget.give_back(size)
-
-
-def _environ(scope: Any) -> dict[str, Any]:
-    """PEP 3333's environ for the request, without wsgi.input (the body comes later).
-    HeadersTooLarge before any work per header; names holding `_` dropped (they would
-    alias the `-` name we read); repeated headers joined with "," once, at the end."""
-    items: list[tuple[str, str]] = scope.headers.items()
-    if len(items) > MAX_HEADERS:
-        raise HeadersTooLarge(f"more than {MAX_HEADERS} headers")
-    if sum(len(name) + len(value) for name, value in items) > MAX_HEADER_BYTES:
-        raise HeadersTooLarge(f"headers over {MAX_HEADER_BYTES} bytes")
-    server_name, _, server_port = scope.server.rpartition(":")
-    client, _, client_port = scope.client.rpartition(":")
-    environ: dict[str, Any] = {
-        "REQUEST_METHOD": scope.method,
-        "SCRIPT_NAME": "",
-        # WSGI's strings are bytes as latin-1; RSGI's path is decoded text.
-        "PATH_INFO": scope.path.encode("utf-8").decode("latin-1"),
-        "QUERY_STRING": scope.query_string,
-        "SERVER_NAME": server_name.strip("[]"),
-        "SERVER_PORT": server_port,
-        "SERVER_PROTOCOL": f"HTTP/{scope.http_version}",
-        "REMOTE_ADDR": client.strip("[]"),
-        "REMOTE_PORT": client_port,
-        "wsgi.version": (1, 0),
-        "wsgi.url_scheme": scope.scheme,
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
-    }
-    repeated: dict[str, list[str]] = {}
-    for name, value in items:
-        if "_" in name:
-            continue
-        key = name.upper().replace("-", "_")
-        if key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-            environ[key] = value
-        else:
-            repeated.setdefault(f"HTTP_{key}", []).append(value)
-    for key, values in repeated.items():
-        environ[key] = values[0] if len(values) == 1 else ",".join(values)
-    return environ
-
-
-def _call(app: Flask, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
-    """The WSGI app, run to the end of its response, in a pool thread."""
-    started: list[Any] = []
-
-    def start_response(status: str, headers: list[tuple[str, str]],
-                       exc_info: Any = None) -> Any:
-        started[:] = [status, headers]
-        return None
-
-    result: Iterable[bytes] = app(environ, start_response)  # type: ignore[arg-type]
-    try:
-        content = b"".join(result)
-    finally:
-        close = getattr(result, "close", None)
-        if close is not None:
-            close()
-    status, headers = started
-    return int(status.split(" ", 1)[0]), list(headers), content
 
 
 def _answer(protocol: Any, status: int, body: dict[str, str],

@@ -18,9 +18,8 @@ APP = "webhooks.ingest.server:app"
 # How serve() tells the server processes (forked, with this environment) their threads.
 THREADS_VARIABLE = "WEB_THREADS"
 # A connection is closed when it has not sent a whole request head within this long of
-# its accept or of its previous answer (an idle keep-alive connection too): a provider
-# sends its headers at once. Without it a socket that never sends a byte is held forever.
-HEADER_SECONDS = 5
+# its accept or of its previous answer (shared/wsgi_server.py HEADER_SECONDS).
+HEADER_SECONDS = wsgi_server.HEADER_SECONDS
 # Connections one process serves at once. The front holds no thread per connection, and an
 # idle one costs granian a few KB (benchmarks/results/README.md, 2026-12-05), so this is
 # set far above what one host can open (its ephemeral ports: about 28,000 per

@@ -16,6 +16,9 @@ from granian.server import Server
 # granian's own listen backlog; the kernel caps it at net.core.somaxconn (4096 on Linux
 # since 5.4).
 DEFAULT_BACKLOG = 1024
+# What `web` and `console` give header_seconds: a client sends its request head at once
+# (a provider, a browser). Without it a socket that never sends a byte is held forever.
+HEADER_SECONDS = 5
 
 
 def serve(app: str, *, host: str, port: int, workers: int, threads: int,

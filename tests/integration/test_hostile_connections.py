@@ -23,6 +23,7 @@ import requests
 from tests import factories, processes
 from tests.conftest import STRIPE_SECRET
 from webhooks.ingest.server import HEADER_SECONDS
+from webhooks.shared import rsgi
 from webhooks.shared.settings import Settings
 
 MAX_BODY = 4096
@@ -246,13 +247,12 @@ def test_http1_header_count_and_bytes_are_bounded(settings: Settings, clean_db, 
                                                   tmp_path: Path) -> None:
     """More header bytes than MAX_HEADER_BYTES, or more headers than MAX_HEADERS: 431,
     connection closed, on any path."""
-    from webhooks.ingest import front
 
     with web(settings, tmp_path / "web.log", workers=1) as (base, port):
-        big = "v" * (front.MAX_HEADER_BYTES + 1)
+        big = "v" * (rsgi.MAX_HEADER_BYTES + 1)
         answer = raw_request(port, f"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 431"), answer[:100]
-        many = "".join(f"X-{n}: v\r\n" for n in range(front.MAX_HEADERS + 1))
+        many = "".join(f"X-{n}: v\r\n" for n in range(rsgi.MAX_HEADERS + 1))
         answer = raw_request(port, f"GET /healthz HTTP/1.1\r\nHost: x\r\n{many}\r\n")
         assert answer.startswith(b"HTTP/1.1 431"), answer[:100]
         assert requests.get(f"{base}/healthz", timeout=5).status_code == 200

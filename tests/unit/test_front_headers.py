@@ -1,4 +1,4 @@
-"""The RSGI front's environ (ingest/front.py `_environ`), from a request's headers as granian
+"""The fronts' environ (webhooks/shared/rsgi.py `environ`), from a request's headers as granian
 hands them over: no header name stands in for another, and the work is bounded before it
 is done (docs/guarantees.md, 5; security review 2026-12c, sections 2, 3 and 5)."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from webhooks.ingest import front
+from webhooks.shared import rsgi
 
 # Every header a provider signs or the ingest trusts (shared/providers/*.py, the README's
 # Providers table, TRUSTED_PROXIES), and the two that frame a body.
@@ -51,7 +51,7 @@ class Scope:
 
 
 def environ_of(pairs: list[tuple[str, str]]) -> dict[str, Any]:
-    return front._environ(Scope(Headers(pairs)))
+    return rsgi.environ(Scope(Headers(pairs)))
 
 
 def key_of(header: str) -> str:
@@ -87,18 +87,18 @@ def test_thirty_thousand_same_name_headers_are_refused_at_once() -> None:
     (quadratic, on the event loop). They are now refused before any per-header work."""
     pairs = [("x-a", "v" * 450)] * 30_000
     started = time.monotonic()
-    with pytest.raises(front.HeadersTooLarge):
+    with pytest.raises(rsgi.HeadersTooLarge):
         environ_of(pairs)
     assert time.monotonic() - started < 1.0
 
 
 def test_more_headers_than_http1_allows_are_refused() -> None:
-    environ_of([(f"x-{n}", "v") for n in range(front.MAX_HEADERS)])
-    with pytest.raises(front.HeadersTooLarge):
-        environ_of([(f"x-{n}", "v") for n in range(front.MAX_HEADERS + 1)])
+    environ_of([(f"x-{n}", "v") for n in range(rsgi.MAX_HEADERS)])
+    with pytest.raises(rsgi.HeadersTooLarge):
+        environ_of([(f"x-{n}", "v") for n in range(rsgi.MAX_HEADERS + 1)])
 
 
 def test_header_bytes_are_bounded() -> None:
-    environ_of([("x-big", "v" * (front.MAX_HEADER_BYTES - 100))])
-    with pytest.raises(front.HeadersTooLarge):
-        environ_of([("x-big", "v" * front.MAX_HEADER_BYTES)])
+    environ_of([("x-big", "v" * (rsgi.MAX_HEADER_BYTES - 100))])
+    with pytest.raises(rsgi.HeadersTooLarge):
+        environ_of([("x-big", "v" * rsgi.MAX_HEADER_BYTES)])

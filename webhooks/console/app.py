@@ -92,8 +92,9 @@ def serve(settings: Settings, console_settings: ConsoleSettings, host: str,
 
     configure_logging(settings)
     _serving = (settings, console_settings, threads)
+    # HTTP/1.1 only, a silent connection closed after HEADER_SECONDS, as for `web`.
     wsgi_server.serve(_APP, host=host, port=console_settings.port, workers=1, threads=threads,
-                      interface=Interfaces.RSGI)
+                      interface=Interfaces.RSGI, header_seconds=wsgi_server.HEADER_SECONDS)
 
 
 def _server_app() -> Front:

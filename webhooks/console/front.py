@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import io
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from flask import Flask, Response
 
 from webhooks.console.blueprint import secure
+from webhooks.shared import rsgi
 
 # An authenticated body must arrive within this long of the request's headers: the
 # console's forms are a few hundred bytes, sent at once; the ingest allows as long.
@@ -58,7 +58,12 @@ class Front:
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
         if scope.proto != "http":
             return
-        environ = _environ(scope)
+        try:
+            environ = rsgi.environ(scope)
+        except rsgi.HeadersTooLarge as error:
+            _answer(protocol, Response(f"{error}\n", error.status,
+                                       {"Content-Type": "text/plain; charset=utf-8"}))
+            return
         declared = environ.get("CONTENT_LENGTH")
         if declared in (None, "", "0") and "HTTP_TRANSFER_ENCODING" not in environ:
             environ["wsgi.input"] = io.BytesIO(b"")
@@ -76,7 +81,7 @@ class Front:
             environ.pop("HTTP_TRANSFER_ENCODING", None)
             environ["wsgi.input"] = io.BytesIO(body)
         loop = asyncio.get_running_loop()
-        status, headers, content = await loop.run_in_executor(self._pool, _call, self._app,
+        status, headers, content = await loop.run_in_executor(self._pool, rsgi.call, self._app,
                                                               environ)
         protocol.response_bytes(status, headers, content)
 
@@ -122,64 +127,6 @@ async def _read(protocol: Any, limit: int, declared: str | None) -> bytes:
             raise _TooLarge
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _environ(scope: Any) -> dict[str, Any]:
-    """PEP 3333's environ for the request, without wsgi.input (the body comes later).
-
-    A header whose name holds "_" is dropped: WSGI spells "-" as "_", so `X_Forwarded_For`
-    would be read as (or joined to) `X-Forwarded-For`, the address the login limit keys on
-    (security review 2026-12c, sections 2 and 5)."""
-    server_name, _, server_port = scope.server.rpartition(":")
-    client, _, client_port = scope.client.rpartition(":")
-    environ: dict[str, Any] = {
-        "REQUEST_METHOD": scope.method,
-        "SCRIPT_NAME": "",
-        # WSGI's strings are bytes as latin-1; RSGI's path is decoded text.
-        "PATH_INFO": scope.path.encode("utf-8").decode("latin-1"),
-        "QUERY_STRING": scope.query_string,
-        "SERVER_NAME": server_name.strip("[]"),
-        "SERVER_PORT": server_port,
-        "SERVER_PROTOCOL": f"HTTP/{scope.http_version}",
-        "REMOTE_ADDR": client.strip("[]"),
-        "REMOTE_PORT": client_port,
-        "wsgi.version": (1, 0),
-        "wsgi.url_scheme": scope.scheme,
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": False,
-        "wsgi.run_once": False,
-    }
-    for name, value in scope.headers.items():
-        if "_" in name:
-            continue
-        key = name.upper().replace("-", "_")
-        if key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-            environ[key] = value
-            continue
-        key = f"HTTP_{key}"
-        environ[key] = f"{environ[key]},{value}" if key in environ else value
-    return environ
-
-
-def _call(app: Flask, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
-    """The WSGI app, run to the end of its response, in a pool thread."""
-    started: list[Any] = []
-
-    def start_response(status: str, headers: list[tuple[str, str]],
-                       exc_info: Any = None) -> Any:
-        started[:] = [status, headers]
-        return None
-
-    result: Iterable[bytes] = app(environ, start_response)  # type: ignore[arg-type]
-    try:
-        content = b"".join(result)
-    finally:
-        close = getattr(result, "close", None)
-        if close is not None:
-            close()
-    status, headers = started
-    return int(status.split(" ", 1)[0]), list(headers), content
 
 
 def _answer(protocol: Any, response: Response) -> None:
