@@ -47,6 +47,11 @@ def run_migrations_online() -> None:
 
 
 def _run(connection: sa.Connection) -> None:
+    # The search_path's first schema, created if missing: the tables and the version table
+    # go there (webhooks/migrate.py "Where the tables go").
+    from webhooks.migrate import schema_for_tables
+
+    schema_for_tables(connection, version_table)
     context.configure(connection=connection, target_metadata=target_metadata,
                       version_table=version_table, compare_type=True)
     with context.begin_transaction():

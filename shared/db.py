@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import psycopg
 import sqlalchemy as sa
@@ -121,17 +121,22 @@ def create_engine(
         # Errors name the statement, never its values: those are customer ids and emails,
         # and errors reach the logs at WARNING and ERROR.
         hide_parameters=True,
-        connect_args=connect_args(settings, local_commits=local_commits),
+        connect_args=connect_args(settings, local_commits=local_commits, url=url),
     )
     sa.event.listen(engine, "handle_error", _read_only_is_a_disconnect)
     sa.event.listen(engine, "connect", _hear_unreplicated_commits)
     return engine
 
 
-def connect_args(settings: Settings, *, local_commits: bool = False) -> dict[str, Any]:
+def connect_args(settings: Settings, *, local_commits: bool = False,
+                 url: str | None = None) -> dict[str, Any]:
     """libpq's connection parameters: this end's keepalives and user timeout (a process
     cut off from the database gets an error, drops the connection and finds the server
-    again once it can, without a restart), and SERVER_SETTINGS as startup options.
+    again once it can, without a restart), and SERVER_SETTINGS as startup options, after
+    the options DATABASE_URL gives (`?options=-csearch_path%3Dwebhooks`, url_options):
+    both are sent, and where both set one name, SERVER_SETTINGS' value (the later) holds.
+    (`options` here replaces the URL's in what psycopg sends: without the URL's first, a
+    search_path in DATABASE_URL was honoured by `migrate` and lost by every process.)
 
     Behind a pooler in transaction mode (DATABASE_POOLER=transaction) each transaction may
     run on another of the pooler's server sessions, so nothing may live in a session:
@@ -140,7 +145,9 @@ def connect_args(settings: Settings, *, local_commits: bool = False) -> dict[str
     makes of a statement run prepare_threshold times on one connection (the next
     transaction's session would not know them). There, local_commits is not applied
     either (it is a startup option): commits wait for a synchronous standby, which is
-    slower, never less safe."""
+    slower, never less safe. The URL's own options are left in the URL there: PgBouncer
+    refuses the connection, which the processes say at start (webhooks/cli.py
+    `process_settings`, shared/pooler.py `url_options_refused`)."""
     args: dict[str, Any] = {
         "connect_timeout": 3,
         "application_name": APPLICATION_NAME,
@@ -152,7 +159,17 @@ def connect_args(settings: Settings, *, local_commits: bool = False) -> dict[str
     }
     if settings.transaction_pooler:
         return {**args, "prepare_threshold": None}
-    return {**args, "options": startup_options(local_commits=local_commits)}
+    own = startup_options(local_commits=local_commits)
+    given = url_options(url if url is not None else settings.database_url or "")
+    return {**args, "options": f"{given} {own}" if given else own}
+
+
+def url_options(url: str) -> str:
+    """libpq's `options` in a database URL's query (each, if given more than once), as
+    libpq reads them: `?options=-csearch_path%3Dwebhooks` is `-csearch_path=webhooks`;
+    "" when there are none."""
+    return " ".join(value.strip() for name, value in parse_qsl(urlsplit(url).query)
+                    if name == "options" and value.strip())
 
 
 def startup_options(*, local_commits: bool = False) -> str:

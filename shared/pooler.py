@@ -10,7 +10,12 @@ session that the next transaction does not run in. With DATABASE_POOLER=transact
 shared.db.connect_args sends neither (docs/several-hosts.md).
 
 The long-running processes run `warn_if_unnamed` once at start (webhooks/cli.py
-`process_settings`): one WARNING line, never a refusal to start.
+`process_settings`): one WARNING line, never a refusal to start. And, named, the pooler
+cannot carry DATABASE_URL's own startup options (`?options=-csearch_path%3D...`): PgBouncer
+refuses every connection that sends them, a pooler told to ignore them drops them (the
+tables would be looked for in another schema). `url_options_refused` is the one line they
+stop at instead; the role's settings are what reaches every session the pooler opens
+(docs/several-hosts.md "Where the tables live").
 """
 
 from __future__ import annotations
@@ -41,6 +46,19 @@ def warn_if_unnamed(settings: Settings) -> None:
     if seen is not None:
         log.warning("the database answers through %s: set DATABASE_POOLER=transaction "
                     "(docs/several-hosts.md)", seen)
+
+
+def url_options_refused(settings: Settings) -> str | None:
+    """With DATABASE_POOLER=transaction, the line that refuses DATABASE_URL's startup
+    options (and tells where they go instead); None when it has none or no pooler is
+    named."""
+    given = db.url_options(settings.database_url or "")
+    if not settings.transaction_pooler or not given:
+        return None
+    return (f"DATABASE_URL: its options ({given}) are startup options, which a pooler in "
+            f"transaction mode (DATABASE_POOLER=transaction) refuses (PgBouncer) or drops: "
+            f"set them on the database role instead (ALTER ROLE ... IN DATABASE ... SET "
+            f"search_path = ...; docs/several-hosts.md)")
 
 
 def unnamed_pooler(settings: Settings) -> str | None:

@@ -64,12 +64,16 @@ def process_settings(settings: Settings | None = None) -> Settings:
     """Settings of a long-running Procfile process (`web`, `worker`, `clock`, `console`):
     procfile_settings, logging configured, and the start-up check of the path to the
     database (shared/pooler.py: a pooler in transaction mode that DATABASE_POOLER does not
-    name is one WARNING line), then the apps (start_apps). `settings`: procfile_settings
+    name is one WARNING line; one it names refuses DATABASE_URL's own startup options,
+    exit 2 with one line), then the apps (start_apps). `settings`: procfile_settings
     already read, by a process that checks more of its own variables first."""
     settings = settings or procfile_settings()
     from webhooks.shared import pooler
     from webhooks.shared.logs import configure_logging
 
+    refused = pooler.url_options_refused(settings)
+    if refused is not None:
+        fail(refused, code=2)
     configure_logging(settings)
     pooler.warn_if_unnamed(settings)
     start_apps(settings)
@@ -86,12 +90,8 @@ def start_apps(settings: Settings, *, database: bool = True) -> tuple[str, ...]:
     import sqlalchemy as sa
 
     from webhooks.shared import db, hooks
-    from webhooks.shared.errors import AppConflict, AppNotLoaded
 
-    try:
-        apps = hooks.load(settings.handler_modules)
-    except (AppConflict, AppNotLoaded) as error:
-        fail(f"WEBHOOK_HANDLERS: {error}")
+    apps = load_apps(settings.handler_modules)
     conn = None
     engine = db.create_engine(settings, pool_size=1) if database else None
     try:
@@ -107,6 +107,19 @@ def start_apps(settings: Settings, *, database: bool = True) -> tuple[str, ...]:
         if engine is not None:
             engine.dispose()
     return apps
+
+
+def load_apps(modules: tuple[str, ...]) -> tuple[str, ...]:
+    """The apps `modules` (WEBHOOK_HANDLERS) name, then the entry points' (shared.hooks.load),
+    imported and running; a module that fails to import, or two apps with a lock key for
+    one provider, exit 1 with one line."""
+    from webhooks.shared import hooks
+    from webhooks.shared.errors import AppConflict, AppNotLoaded
+
+    try:
+        return hooks.load(modules)
+    except (AppConflict, AppNotLoaded) as error:
+        fail(f"WEBHOOK_HANDLERS: {error}")
 
 
 def local_settings() -> Settings:
@@ -313,6 +326,12 @@ def dev() -> None:
         ConsoleSettings.from_env()  # the console it starts would stop at a bad one
     except ConfigError as error:
         fail(str(error), code=2)
+    # The apps its processes will run, checked before anything starts: a module that fails
+    # to import is one line here, not each process's after a banner.
+    from webhooks.shared.hooks import REFERENCE_APP
+
+    load_apps(settings.handler_modules if "WEBHOOK_HANDLERS" in os.environ
+              else (REFERENCE_APP,))
     from webhooks.dev import run
 
     try:

@@ -41,6 +41,16 @@ are: no history drops a table it did not create.
 `alembic upgrade head` and `alembic check` (alembic.ini) still work on the core alone, as CI
 runs them; `webhooks migrate --check` checks every history (tests/integration/
 test_app_migrations.py).
+
+Where the tables go: where the session's `search_path` says (DATABASE_URL's
+`?options=-csearch_path%3D...`, or the role's `ALTER ROLE ... SET search_path`), the core's
+and the apps' tables and their version tables alike, unqualified, in its first schema
+(`current_schema()`). Before each history, env.py runs `schema_for_tables` under the
+migrations' lock: the search_path's first schema is created when it does not exist (a
+schema named there and missing would otherwise leave the tables to the next one, or to
+"no schema has been selected to create in"), and a version table found in another schema
+of the search_path (an install kept elsewhere) stops the migration with one line, rather
+than be taken for this one's (tests/integration/test_schemas.py).
 """
 
 from __future__ import annotations
@@ -236,3 +246,65 @@ def _described(change: Any) -> str:
         elif part is not None and part != {}:
             words.append(str(part))
     return " ".join(words)
+
+
+def first_schema(search_path: str) -> str | None:
+    """The first schema a search_path names, as Postgres reads it (an unquoted name folded
+    to lower case, a quoted one as written); None for `$user` (Postgres' own default, a
+    schema per role, skipped when absent), `pg_...` or an empty path."""
+    text = search_path.strip()
+    if text.startswith('"'):
+        name, rest = "", text[1:]
+        while '"' in rest:
+            part, _, rest = rest.partition('"')
+            name += part
+            if not rest.startswith('"'):
+                break
+            name, rest = name + '"', rest[1:]
+    else:
+        name = text.split(",", 1)[0].strip().lower()
+    return None if not name or name == "$user" or name.startswith("pg_") else name
+
+
+def schema_for_tables(connection: Connection, version_table: str) -> str:
+    """The schema the migrations create their tables and `version_table` in (the module's
+    docstring), the search_path's first created if missing; MigrationError (one line) when
+    it cannot be, or when `version_table` is found in another schema. Runs in a
+    transaction of its own, committed, under the migrations' lock."""
+    own = not connection.in_transaction()
+    transaction = connection.begin() if own else None
+    try:
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('webhooks:migrate'))"))
+        search_path = str(connection.execute(sa.text("SHOW search_path")).scalar_one())
+        named = first_schema(search_path)
+        if named is not None and connection.execute(sa.text(
+                "SELECT NOT EXISTS (SELECT FROM pg_namespace WHERE nspname = :name)"),
+                {"name": named}).scalar_one():
+            try:
+                with connection.begin_nested():
+                    connection.execute(sa.schema.CreateSchema(named))
+            except sa.exc.DBAPIError as error:
+                raise MigrationError(
+                    f"search_path ({search_path}): schema {named} does not exist and could "
+                    f"not be created: {str(error.orig or error).splitlines()[0]}") from error
+        schema = connection.execute(sa.text("SELECT current_schema()")).scalar_one_or_none()
+        if schema is None:
+            raise MigrationError(f"search_path ({search_path}) names no schema that exists")
+        found = connection.execute(sa.text(
+            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.oid = to_regclass(:table)"),
+            {"table": connection.dialect.identifier_preparer.quote_identifier(version_table)},
+        ).scalar_one_or_none()
+        if found is not None and found != schema:
+            raise MigrationError(
+                f"{version_table} is in schema {found}, not in {schema}, the first of the "
+                f"search_path ({search_path}): its tables are another install's, or were "
+                f"created before the search_path was set")
+        if transaction is not None:
+            transaction.commit()
+        return str(schema)
+    except BaseException:
+        if transaction is not None and transaction.is_active:
+            transaction.rollback()
+        raise
+

@@ -10,7 +10,7 @@ them. One COMMIT for many jobs is what makes a drain fast.
 The batch is optimistic: no savepoint per job. If any handler raises (or a statement
 fails), the whole batch rolls back and its jobs run again one transaction each, with a
 savepoint around the handler so that a failed attempt is recorded in the same transaction
-as its rollback. Handlers may not have effects outside the database (see worker.handlers),
+as its rollback. Handlers may not have effects outside the database (see webhooks.shared.handlers),
 so running one twice this way is invisible.
 
 Locks: a batch holds the business rows of all its jobs until it commits. It first takes

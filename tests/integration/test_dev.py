@@ -6,8 +6,10 @@ outside `.webhooks/` gains a permission (the clone sits in a 0700 folder, as und
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -16,11 +18,13 @@ from pathlib import Path
 
 import psutil
 import redis
+import requests
 import sqlalchemy as sa
 
 from tests import processes
 from webhooks import embedded
 from webhooks.shared import db
+from webhooks.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,3 +132,95 @@ def test_the_embedded_redis_in_a_long_path_starts_and_leaves_nothing_outside(
         embedded.stop_broker(data_dir)
     assert embedded.running_broker_url(data_dir) is None
     assert outside() == before
+
+
+BANNER = "webhooks is running"
+
+
+def _dev_env(settings: Settings, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """`webhooks dev` on the test's servers (no embedded ones), on free ports."""
+    return {**os.environ, "DATABASE_URL": settings.database_url or "",
+            "BROKER_URL": settings.broker_url or "", "WEBHOOKS_DATA_DIR": str(tmp_path / "data"),
+            "PORT": str(processes.free_port()), "CONSOLE_PORT": str(processes.free_port()),
+            "WORKER_METRICS_PORT": str(processes.free_port()), "SWEEP_INTERVAL_SECONDS": "1",
+            **extra}
+
+
+def _stop_dev(dev: subprocess.Popen[str]) -> None:
+    if dev.poll() is None:
+        os.killpg(dev.pid, signal.SIGINT)
+        try:
+            dev.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait(10)
+
+
+def test_dev_with_a_handler_module_that_fails_to_import_is_one_line_and_no_banner(
+        settings: Settings, tmp_path: Path) -> None:
+    """Checked in `dev` itself before anything starts: one line naming the module and its
+    error, exit 1; no banner, no traceback, no process started (nothing written to the data
+    folder)."""
+    env = _dev_env(settings, tmp_path, WEBHOOK_HANDLERS="tests.apps.broken")
+    result = subprocess.run([sys.executable, "-m", "webhooks", "dev"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert BANNER not in result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("webhooks: WEBHOOK_HANDLERS: tests.apps.broken: ZeroDivisionError")
+    assert not (tmp_path / "data").exists()
+
+
+def test_dev_prints_the_banner_only_once_every_process_is_up(
+        settings: Settings, engine: sa.Engine, tmp_path: Path) -> None:
+    """At the moment the banner is printed: web's /healthz answers 200, the console and
+    the worker's metrics answer, and the clock has swept (a heartbeat since dev started)."""
+    env = _dev_env(settings, tmp_path)
+    with engine.connect() as conn:
+        before = conn.execute(sa.text("SELECT now()")).scalar_one()
+    dev = subprocess.Popen([sys.executable, "-m", "webhooks", "dev"], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    try:
+        assert dev.stdout is not None
+        seen = []
+        for line in dev.stdout:
+            seen.append(line)
+            if BANNER in line:
+                break
+        else:
+            raise AssertionError("".join(seen))
+        # Looked at once, at once: no waiting.
+        web = requests.get(f"http://127.0.0.1:{env['PORT']}/healthz", timeout=2)
+        console = requests.get(f"http://127.0.0.1:{env['CONSOLE_PORT']}/", timeout=2)
+        metrics = requests.get(f"http://127.0.0.1:{env['WORKER_METRICS_PORT']}/metrics",
+                               timeout=2)
+        with engine.connect() as conn:
+            swept = conn.execute(sa.text("SELECT count(*) FROM clock_heartbeats "
+                                         "WHERE beat_at >= :before"), {"before": before})
+            assert swept.scalar_one() >= 1
+        assert web.status_code == 200
+        assert console.status_code == 401  # up, asking for its password
+        assert metrics.status_code == 200
+    finally:
+        _stop_dev(dev)
+    assert dev.returncode == 0
+
+
+def test_dev_names_a_process_that_exits_before_it_is_up_and_prints_no_banner(
+        settings: Settings, tmp_path: Path) -> None:
+    """The console's port is taken: the console exits; `dev` says which, with its exit
+    code, stops the others and exits 1, without a banner."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = _dev_env(settings, tmp_path, CONSOLE_PORT=str(taken.getsockname()[1]))
+        result = subprocess.run([sys.executable, "-m", "webhooks", "dev"], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=180)
+    shown = result.stdout + result.stderr
+    assert result.returncode == 1, shown
+    assert BANNER not in result.stdout, shown
+    exits = [line for line in result.stderr.splitlines() if "exited with" in line]
+    assert len(exits) == 1, shown
+    assert re.fullmatch(r"webhooks: console exited with -?\d+ before it was up; stopping",
+                        exits[0]), shown

@@ -50,3 +50,31 @@ def test_any_other_pooler_is_refused_naming_the_variable(raw: str) -> None:
     with pytest.raises(ConfigError, match=rf"^DATABASE_POOLER: must be one of transaction, "
                                           rf"not '{raw}'$"):
         Settings.from_env({"DATABASE_POOLER": raw})
+
+
+def test_the_urls_own_options_are_sent_before_the_server_settings() -> None:
+    """DATABASE_URL's `?options=` (a search_path: where the tables live) is kept: psycopg
+    sends connect_args' `options` in place of the URL's, so they are merged here; where
+    both set one name, the server setting (the later `-c`) holds."""
+    url = ("postgresql://u@db/app?sslmode=prefer&options=-csearch_path%3Dwebhooks%2Cpublic"
+           "%20-c%20idle_in_transaction_session_timeout%3D0")
+    args = db.connect_args(Settings.from_env({"DATABASE_URL": url}))
+    parts = args["options"].split()
+    assert parts[:3] == ["-csearch_path=webhooks,public", "-c",
+                         "idle_in_transaction_session_timeout=0"]
+    assert parts[3:] == db.connect_args(Settings.from_env({}))["options"].split()
+    given = db.connect_args(Settings.from_env({}), url="postgresql+psycopg://u@db/app"
+                            "?host=a&host=b&options=-csearch_path%3Dx")
+    assert given["options"].startswith("-csearch_path=x -c ")
+
+
+def test_behind_a_transaction_pooler_the_urls_options_are_refused_at_start() -> None:
+    from webhooks.shared import pooler
+
+    url = "postgresql://u@pooler/app?options=-csearch_path%3Dwebhooks"
+    named = Settings.from_env({"DATABASE_URL": url, "DATABASE_POOLER": "transaction"})
+    line = pooler.url_options_refused(named)
+    assert line is not None and "(-csearch_path=webhooks)" in line and "ALTER ROLE" in line
+    assert pooler.url_options_refused(Settings.from_env({"DATABASE_URL": url})) is None
+    assert pooler.url_options_refused(Settings.from_env(
+        {"DATABASE_URL": "postgresql://u@pooler/app", "DATABASE_POOLER": "transaction"})) is None

@@ -69,8 +69,8 @@ def create_blueprint(engine: Engine, settings: ConsoleSettings, *,
                      name: str = "console", hook_modules: Iterable[str] = (),
                      configured: Iterable[sources.Source] = ()) -> Blueprint:
     """The console for `engine`. MissingVariable if settings has no password. The event
-    page shows the effects the hooks registered (shared.hooks) by the built-in modules,
-    `hook_modules` (your WEBHOOK_HANDLERS) and the `webhooks.handlers` entry points. The
+    page shows the effects the hooks registered (shared.hooks) by the apps of
+    `hook_modules` (your WEBHOOK_HANDLERS) and of the `webhooks.handlers` entry points. The
     overview lists the `configured` sources (`shared.sources.registry(settings)`) even
     before their first event, with their Pause buttons; and every source with rows."""
     console = Console(engine, settings, Guard(settings), broker,
