@@ -153,6 +153,18 @@ def clean_db(engine: Engine) -> Engine:
     return engine
 
 
+@pytest.fixture()
+def fresh_database() -> Iterator[tuple[str, Engine]]:
+    """A database of its own, not migrated (the test migrates it as it needs), and an
+    engine on it; dropped after the test."""
+    name = f"webhooks_test_fresh_{secrets.token_hex(4)}"
+    url = create_database(name)
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    yield url, engine
+    engine.dispose()
+    drop_database(name)
+
+
 STRIPE_SECRET = "whsec_test_secret"
 
 

@@ -10,7 +10,6 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -132,14 +131,6 @@ def migrated(url: str, **kwargs: object) -> str:
     return result.stdout
 
 
-@pytest.fixture()
-def new_database() -> Iterator[tuple[str, sa.Engine]]:
-    name = f"webhooks_test_apps_{secrets.token_hex(4)}"
-    url = create_database(name)
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    yield url, engine
-    engine.dispose()
-    drop_database(name)
 
 
 def tables(engine: sa.Engine) -> set[str]:
@@ -165,12 +156,12 @@ def version(engine: sa.Engine, table: str) -> list[str]:
 
 
 def test_a_database_migrated_before_keeps_every_row_and_gets_the_ledgers_history(
-        new_database: tuple[str, sa.Engine]) -> None:
+        fresh_database: tuple[str, sa.Engine]) -> None:
     """A database at the core's head (0021) whose ledger tables the core's 0001 created,
     holding rows: `webhooks migrate` without the ledger named drops nothing; with it named,
     the ledger's first revision recognises the tables and records itself, every row kept, the
     schema as a fresh install's; a second run applies nothing."""
-    url, engine = new_database
+    url, engine = fresh_database
     config = Config(str(ROOT / "alembic.ini"))
     config.attributes["configure_logger"] = False
     with engine.connect() as conn:  # the database as the code before this change left it
@@ -218,8 +209,8 @@ def test_a_database_migrated_before_keeps_every_row_and_gets_the_ledgers_history
 
 
 def test_a_fresh_database_has_the_ledgers_tables_only_where_the_ledger_is_named(
-        new_database: tuple[str, sa.Engine]) -> None:
-    url, engine = new_database
+        fresh_database: tuple[str, sa.Engine]) -> None:
+    url, engine = fresh_database
     migrated(url)
     assert not LEDGER_TABLES & tables(engine)
     assert LEDGER_VERSIONS not in tables(engine)
@@ -235,8 +226,8 @@ def test_a_fresh_database_has_the_ledgers_tables_only_where_the_ledger_is_named(
 
 
 def test_migrate_check_names_what_differs_from_the_declared_tables(
-        new_database: tuple[str, sa.Engine]) -> None:
-    url, engine = new_database
+        fresh_database: tuple[str, sa.Engine]) -> None:
+    url, engine = fresh_database
     migrated(url, handlers=LEDGER)
     with engine.begin() as conn:
         conn.execute(sa.text("DROP INDEX ix_ledger_entries_kind_reference"))
@@ -272,10 +263,10 @@ def downgrade() -> None:
 
 
 def test_an_app_of_ones_own_is_migrated_after_the_core_with_its_own_version_table(
-        new_database: tuple[str, sa.Engine], tmp_path: Path) -> None:
+        fresh_database: tuple[str, sa.Engine], tmp_path: Path) -> None:
     """A module in the current folder, named in WEBHOOK_HANDLERS, whose MIGRATIONS names a
     folder holding one revision (a str path, relative to the module's folder)."""
-    url, engine = new_database
+    url, engine = fresh_database
     module = f"orders_app_{secrets.token_hex(3)}"
     table = f"{module}_orders"
     (tmp_path / f"{module}.py").write_text(APP)

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from tests import factories, processes
-from tests.conftest import ROOT, STRIPE_SECRET, broker_url, create_database, drop_database
+from tests.conftest import ROOT, STRIPE_SECRET, broker_url
 
 APP = "acme_billing"
 VERSIONS = "alembic_version_acme_billing"
@@ -51,14 +49,6 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout
 
 
-@pytest.fixture()
-def fresh_database() -> Iterator[tuple[str, sa.Engine]]:
-    name = f"webhooks_test_acme_{secrets.token_hex(4)}"
-    url = create_database(name)
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    yield url, engine
-    engine.dispose()
-    drop_database(name)
 
 
 def rows(engine: sa.Engine, sql: str) -> list[tuple[object, ...]]:
