@@ -121,8 +121,10 @@ def test_the_audit_holds_after_the_reference_handlers(processed: Engine,
 
 def test_the_audit_names_a_missing_ledger_entry(processed: Engine, settings: Settings) -> None:
     with processed.connect() as conn:
+        # An entry of some amount (a zero-amount invoice's entry changes no sum when gone;
+        # which invoice is credited first depends on how the batches were cut).
         key = conn.execute(sa.text("SELECT entry_key FROM ledger_entries WHERE kind = "
-                                   "'invoice' ORDER BY id LIMIT 1")).scalar_one()
+                                   "'invoice' AND amount > 0 ORDER BY id LIMIT 1")).scalar_one()
     execute(processed, "DELETE FROM ledger_entries WHERE entry_key = :key", key=key)
     result = audit(settings)
     assert result.exit_code == 1

@@ -142,7 +142,7 @@ client = create_app(settings).test_client()
 answer = client.post("/webhooks/stripe", data=body, headers={{
     "Stripe-Signature": factories.stripe_signature(body, {STRIPE_SECRET!r})}})
 assert answer.status_code == 200, answer.data
-assert jobs.process_batch(worker.actors.engine(), settings).done == 1
+assert jobs.process_batch(webhooks.worker.actors.engine(), settings).done == 1
 from webhooks.shared import tracing
 assert not tracing.enabled()
 loaded = sorted(name for name in sys.modules
