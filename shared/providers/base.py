@@ -59,7 +59,7 @@ class SecretFormat(StrEnum):
 class Provider(Protocol):
     """One provider's record: each module of shared/providers is one, and everything that
     lists providers (settings, `webhooks dev`, the command's choices, the metrics' labels,
-    the README's table) reads them from shared.providers.PROVIDERS."""
+    the README's table) reads them from webhooks.shared.providers.PROVIDERS."""
 
     @property
     def name(self) -> str:

@@ -22,7 +22,8 @@ SECRETS = {
     "standard": "whsec_" + base64.b64encode(b"acceptance standard webhooks key").decode(),
 }
 # The documented variable names (the README's tables), written out rather than imported
-# from shared.settings, so a renamed variable there fails this suite instead of following it.
+# from webhooks.shared.settings, so a renamed variable there fails this suite instead of
+# following it.
 SECRET_VARIABLES = {
     "stripe": "STRIPE_WEBHOOK_SECRET",
     "paddle": "PADDLE_WEBHOOK_SECRET",
