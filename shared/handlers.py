@@ -134,12 +134,11 @@ def handler(provider: str, *event_types: str) -> Callable[[Handler], Handler]:
 def for_event(provider: str, event_type: str) -> list[tuple[str, Handler]]:
     """(app, handler) of each running app that handles this type, in the apps' order: its
     handler of this very type, else its "*" handler."""
-    exact = hooks.in_app_order(_registry.get((provider, event_type), ()))
-    apps = {hooks.app_of(function) for function in exact}
-    wildcard = [function for function in hooks.in_app_order(_registry.get((provider, ANY_TYPE), ()))
-                if hooks.app_of(function) not in apps]
-    return [(str(hooks.app_of(function)), function)
-            for function in hooks.in_app_order([*exact, *wildcard])]
+    exact = hooks.ranked(_registry.get((provider, event_type), ()))
+    apps = {app for app, _ in exact}
+    wildcard = [function for app, function in hooks.ranked(_registry.get((provider, ANY_TYPE), ()))
+                if app not in apps]
+    return list(hooks.ranked([*(function for _, function in exact), *wildcard]))
 
 
 def load(settings: Settings) -> tuple[str, ...]:
@@ -149,4 +148,4 @@ def load(settings: Settings) -> tuple[str, ...]:
 
 def registered(provider: str, event_type: str) -> bool:
     """Whether a running app's handler names this very type (not through "*")."""
-    return bool(hooks.in_app_order(_registry.get((provider, event_type), ())))
+    return bool(hooks.ranked(_registry.get((provider, event_type), ())))

@@ -183,17 +183,34 @@ def audit_check(provider: str, name: str) -> Callable[[AuditCheck], AuditCheck]:
 def app_of(function: Callable[..., Any], apps: Sequence[str] | None = None) -> str | None:
     """The running app (of `apps`, default the running ones) that `function` belongs to:
     the longest whose name is its module or a package above it; None: no running app's."""
-    module = function.__module__
-    found = [app for app in (_running if apps is None else apps)
-             if module == app or module.startswith(app + ".")]
+    return _app_of_module(function.__module__, tuple(_running if apps is None else apps))
+
+
+@functools.lru_cache(maxsize=1024)
+def _app_of_module(module: str, apps: tuple[str, ...]) -> str | None:
+    found = [app for app in apps if module == app or module.startswith(app + ".")]
     return max(found, key=len) if found else None
+
+
+def ranked(functions: Iterable[Any]) -> tuple[tuple[str, Any], ...]:
+    """(app, function) of the running apps' functions among `functions`, in the apps'
+    order (then as given). Derived from the running apps and the functions alone, so it is
+    remembered: the worker asks it for every job (its handlers, its lock key)."""
+    return _ranked(_running, tuple(functions))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ranked(running: tuple[str, ...], functions: tuple[Any, ...]
+            ) -> tuple[tuple[str, Any], ...]:
+    found = [(running.index(app), n, app, function) for n, function in enumerate(functions)
+             if (app := _app_of_module(function.__module__, running)) is not None]
+    return tuple((app, function) for _, _, app, function in sorted(found,
+                                                                   key=lambda item: item[:2]))
 
 
 def in_app_order(functions: Iterable[Any]) -> list[Any]:
     """The running apps' functions among `functions`, in the apps' order (then as given)."""
-    ranked = [(_running.index(app), n, function) for n, function in enumerate(functions)
-              if (app := app_of(function)) is not None]
-    return [function for _, _, function in sorted(ranked, key=lambda item: item[:2])]
+    return [function for _, function in ranked(functions)]
 
 
 def lock_key_of(provider: str, payload: Any) -> LockKey | None:
