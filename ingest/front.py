@@ -32,7 +32,6 @@ Hostile requests (docs/ingress.md, "Hostile clients"; security review 2026-12c):
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -121,13 +120,7 @@ class Front:
             self._refuse(protocol, environ, InvalidPayload(
                 "body shorter than its Content-Length (client went away)"))
             return
-        environ["CONTENT_LENGTH"] = str(len(body))
-        environ.pop("HTTP_TRANSFER_ENCODING", None)
-        environ["wsgi.input"] = io.BytesIO(body)
-        loop = asyncio.get_running_loop()
-        status, headers, content = await loop.run_in_executor(self._pool, rsgi.call, self._app,
-                                                              environ)
-        protocol.response_bytes(status, headers, content)
+        await rsgi.respond(protocol, self._pool, self._app, environ, body)
 
     async def _body(self, protocol: Any, declared: int | None, hold: _Hold) -> bytes:
         """The whole body, counted piece by piece whether or not a Content-Length came:

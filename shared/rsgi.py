@@ -6,8 +6,11 @@ of its response in a pool thread. Each front reads the body itself, on its event
 
 from __future__ import annotations
 
+import asyncio
+import io
 import sys
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
 from typing import Any
 
 # A request's headers, checked before any work per header: as many as hyper's HTTP/1.1
@@ -86,3 +89,16 @@ def call(app: Callable[..., Any],
             close()
     status, headers = started
     return int(status.split(" ", 1)[0]), list(headers), content
+
+
+async def respond(protocol: Any, pool: Executor, app: Callable[..., Any],
+                  environ: dict[str, Any], body: bytes | None) -> None:
+    """Hand the request, its whole `body` in memory (None: it has none), to the app on a
+    `pool` thread, and send its answer."""
+    if body is not None:
+        environ["CONTENT_LENGTH"] = str(len(body))
+        environ.pop("HTTP_TRANSFER_ENCODING", None)
+    environ["wsgi.input"] = io.BytesIO(body or b"")
+    loop = asyncio.get_running_loop()
+    status, headers, content = await loop.run_in_executor(pool, call, app, environ)
+    protocol.response_bytes(status, headers, content)

@@ -26,7 +26,6 @@ its deadline (granian's 30 s for headers, BODY_SECONDS for a body), as for the i
 from __future__ import annotations
 
 import asyncio
-import io
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -65,9 +64,8 @@ class Front:
                                        {"Content-Type": "text/plain; charset=utf-8"}))
             return
         declared = environ.get("CONTENT_LENGTH")
-        if declared in (None, "", "0") and "HTTP_TRANSFER_ENCODING" not in environ:
-            environ["wsgi.input"] = io.BytesIO(b"")
-        else:
+        body = None
+        if declared not in (None, "", "0") or "HTTP_TRANSFER_ENCODING" in environ:
             refused = self._refusal(dict(environ))  # headers only: a copy, ProxyFix edits it
             if refused is not None:
                 _answer(protocol, refused)
@@ -77,13 +75,7 @@ class Front:
             except _Refused as refusal:
                 _answer(protocol, refusal.response)
                 return
-            environ["CONTENT_LENGTH"] = str(len(body))
-            environ.pop("HTTP_TRANSFER_ENCODING", None)
-            environ["wsgi.input"] = io.BytesIO(body)
-        loop = asyncio.get_running_loop()
-        status, headers, content = await loop.run_in_executor(self._pool, rsgi.call, self._app,
-                                                              environ)
-        protocol.response_bytes(status, headers, content)
+        await rsgi.respond(protocol, self._pool, self._app, environ, body)
 
     async def _body(self, protocol: Any, declared: str | None) -> bytes:
         """The whole body, within BODY_SECONDS and the size limit, or _Refused."""
