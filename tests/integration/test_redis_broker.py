@@ -107,6 +107,9 @@ def test_an_idle_consumer_fetches_once_per_idle_wait(brokers, monkeypatch, queue
         assert next(consumer) is None
     consumer.close()
     # Past a delay queue's first, growing backoffs: at most one fetch per idle wait, where
-    # one per worker timeout would be ten times as many.
+    # one per worker timeout would be ten times as many. A delay queue is dramatiq's own
+    # polling consumer, whose backoff at its cap is drawn between half and all of it
+    # (dramatiq.common.compute_backoff's jitter): at most one fetch per half idle wait.
     settled = [at for at in fetches if at - started >= 2 * IDLE_WAIT_SECONDS]
-    assert 1 <= len(settled) <= 4, fetches
+    most = 6 if queue.endswith(".DQ") else 4
+    assert 1 <= len(settled) <= most, fetches
