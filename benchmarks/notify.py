@@ -75,7 +75,7 @@ def run(engine: sa.Engine, settings: Settings, event_type: str, count: int, roun
     jobs.PACE.seconds_per_job = 1e-9  # full claims every run, whatever the last one learned
     flush = notifications.flush
     if not enabled:
-        jobs.notifications.flush = lambda *_: notifications.Recorded()  # type: ignore[attr-defined]
+        jobs.notifications.flush = lambda *_: notifications.Queued()  # type: ignore[attr-defined]
     try:
         return drain(engine, settings)
     finally:

@@ -38,7 +38,7 @@ from webhooks.shared.errors import (
     RejectedDelivery,
 )
 from webhooks.shared.providers.base import Delivery
-from webhooks.shared.recording import Origin, Recorded, record_event
+from webhooks.shared.recording import Origin, RecordingResult, record_event
 from webhooks.shared.settings import Settings
 from webhooks.shared.sources import Source
 
@@ -242,7 +242,7 @@ def _stand_in(app: Flask, provider: str) -> Source | None:
     if provider not in made:
         configured = any(source.provider == provider
                          for source in app.extensions["sources"].values())
-        secret = providers.PROVIDERS[provider].SECRET_FORMAT.generate()
+        secret = providers.PROVIDERS[provider].secret_format.generate()
         made[provider] = Source(provider, STAND_IN, (secret,)) if configured else None
     return made[provider]
 
@@ -317,7 +317,7 @@ def close_connection(response: Response) -> None:
     response.headers["Connection"] = "close"
 
 
-def _after_commit(source: Source, delivery: Delivery, recorded: Recorded) -> None:
+def _after_commit(source: Source, delivery: Delivery, recorded: RecordingResult) -> None:
     context: dict[str, Any] = {"provider": source.provider, "source": source.name,
                                "event_id": delivery.event_id, "job_id": recorded.job_id}
     if recorded.duplicate:

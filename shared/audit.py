@@ -126,7 +126,7 @@ def due_jobs(conn: Connection, since: datetime | None,
 
 
 def record(engine: Engine, report: Report,
-           settings: Settings | None = None) -> notifications.Recorded:
+           settings: Settings | None = None) -> notifications.Queued:
     """The clock's record of a run, in its own transaction: each check's count replaces
     the last run's (audit_results, shown by web's /metrics as webhooks_audit_violations).
 
@@ -138,7 +138,7 @@ def record(engine: Engine, report: Report,
         conn.execute(queries.AuditResultsReplace,
                      {"checks": names, "counts": [report.counts[name] for name in names]})
         if settings is None or not report.violations:
-            return notifications.Recorded()
+            return notifications.Queued()
         failed = sorted(name for name, count in report.counts.items() if count)
         return notifications.record(conn, settings, [notifications.Occurrence(
             notifications.Kind.AUDIT_VIOLATION, count=len(report.violations),

@@ -59,7 +59,7 @@ class JobContext:
     """The provider's event type (`invoice.paid`, GitHub's `X-GitHub-Event`, ...)."""
     payload: dict[str, Any]
     """The event's JSON as received (a Stripe thin event's: the fetched event, shaped as a
-    snapshot event, worker/thin_events.py)."""
+    snapshot event, shared/providers/stripe_thin.py)."""
     source: str = ""
     """The source that delivered or reconciled it first: the provider's name for its default
     source, `connect` for `/webhooks/stripe/connect` ("" when built without one: the

@@ -94,20 +94,20 @@ class Occurrence:
 
 
 @dataclass(frozen=True)
-class Recorded:
+class Queued:
     """What a transaction recorded: notifications due at once, and the seconds until the
     latest coalesced tail it added to falls due (None: none)."""
 
     due_now: int = 0
     tail_in: float | None = None
 
-    def __add__(self, other: Recorded) -> Recorded:
+    def __add__(self, other: Queued) -> Queued:
         tails = [t for t in (self.tail_in, other.tail_in) if t is not None]
-        return Recorded(self.due_now + other.due_now, max(tails) if tails else None)
+        return Queued(self.due_now + other.due_now, max(tails) if tails else None)
 
 
 def record(conn: Connection, settings: Settings,
-           occurrences: Iterable[Occurrence]) -> Recorded:
+           occurrences: Iterable[Occurrence]) -> Queued:
     """Record the occurrences in conn's transaction, coalesced per kind and source (see
     the module's docstring), keys in sorted order. Call it last in the transaction."""
     merged: dict[tuple[str, str, str], Occurrence] = {}
@@ -117,7 +117,7 @@ def record(conn: Connection, settings: Settings,
         else:
             merged[item.key] = Occurrence(item.kind, item.provider, item.source, item.count,
                                           item.samples[:SAMPLES], item.error, dict(item.extra))
-    result = Recorded()
+    result = Queued()
     wanted = channels(settings)
     for key in sorted(merged):
         item = merged[key]
@@ -125,12 +125,12 @@ def record(conn: Connection, settings: Settings,
             result += _coalesce(conn, settings, item, wanted)
         else:
             _insert(conn, settings, item, wanted)
-            result += Recorded(due_now=1)
+            result += Queued(due_now=1)
     return result
 
 
 def _coalesce(conn: Connection, settings: Settings, item: Occurrence,
-              wanted: Sequence[Channel]) -> Recorded:
+              wanted: Sequence[Channel]) -> Queued:
     kind, provider, source = item.key
     key = {"kind": kind, "provider": provider, "source": source}
     # Straight through the driver (db.fetch_in, db.execute_in): a failed job pays these.
@@ -141,14 +141,14 @@ def _coalesce(conn: Connection, settings: Settings, item: Occurrence,
         _insert(conn, settings, item, wanted)
         db.execute_in(conn, queries.NotificationWindowOpen,
                       {**key, "window": settings.notify_window_seconds})
-        return Recorded(due_now=1)
+        return Queued(due_now=1)
     tail_in = max(float(closes_in), 0.0)
     if tail_id is not None and db.execute_in(conn, queries.NotificationAddToTail, {
             "id": tail_id, "count": item.count, "samples": json.dumps(item.samples)}) == 1:
-        return Recorded(tail_in=tail_in)
+        return Queued(tail_in=tail_in)
     tail_id = _insert(conn, settings, item, wanted, due_at=closes_at)
     db.execute_in(conn, queries.NotificationWindowTail, {**key, "tail_id": tail_id})
-    return Recorded(tail_in=tail_in)
+    return Queued(tail_in=tail_in)
 
 
 def _insert(conn: Connection, settings: Settings, item: Occurrence,
@@ -197,14 +197,14 @@ class Notes:
         return bool(self.failed or self.attempts or self.done or self.other)
 
 
-def flush(conn: Connection, settings: Settings, notes: Notes) -> Recorded:
+def flush(conn: Connection, settings: Settings, notes: Notes) -> Queued:
     """Write what `notes` collected in conn's transaction (call it just before COMMIT),
     and empty it."""
     if not notes:
-        return Recorded()
+        return Queued()
     occurrences = [*_recoveries(conn, notes.done - set(notes.attempts)),
                    *_failing(conn, settings, notes.attempts), *notes.failed, *notes.other]
-    recorded = record(conn, settings, occurrences) if occurrences else Recorded()
+    recorded = record(conn, settings, occurrences) if occurrences else Queued()
     notes.failed, notes.other = [], []
     notes.attempts, notes.done = defaultdict(int), set()
     return recorded

@@ -18,7 +18,7 @@ from webhooks.shared.models import JobStatus, ReceivedVia
 
 
 @dataclass(frozen=True)
-class Recorded:
+class RecordingResult:
     job_id: int | None  # None: a duplicate of an event whose job was pruned
     duplicate: bool
     status: str
@@ -43,7 +43,8 @@ DEFAULT_ORIGIN = Origin()
 
 def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
                  payload: bytes, via: ReceivedVia = ReceivedVia.DELIVERY,
-                 trace_context: str | None = None, origin: Origin = DEFAULT_ORIGIN) -> Recorded:
+                 trace_context: str | None = None,
+                 origin: Origin = DEFAULT_ORIGIN) -> RecordingResult:
     """Commit the event and its job, or count a duplicate and find the job of the event
     seen before. `engine` is an autocommit engine (db.create_engine(autocommit=True));
     `payload` is the event's JSON, as received; `trace_context` a traceparent stored with
@@ -70,7 +71,7 @@ def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
 
 def _record(engine: Engine, provider: str, event_id: str, event_type: str,
             payload: bytes, via: ReceivedVia, trace_context: str | None,
-            origin: Origin) -> Recorded:
+            origin: Origin) -> RecordingResult:
     # A provider whose signature leaves the id and type out (GitHub, Shopify): one captured
     # delivery re-sent under new ids would mint new events, so its body is unique too, per
     # event type (Shopify sends one order's body as orders/create and as orders/paid).
@@ -86,13 +87,13 @@ def _record(engine: Engine, provider: str, event_id: str, event_type: str,
             "received_via": str(via), "trace_context": trace_context,
             "account": origin.account, "livemode": origin.livemode})
         if job is not None:
-            return Recorded(job_id=job[0], duplicate=False, status=job[1])
+            return RecordingResult(job_id=job[0], duplicate=False, status=job[1])
         existing = db.fetch_one(engine, queries.DuplicateCount, key)
     except (sa.exc.DataError, UnicodeDecodeError):
         # JSON that Python accepts but jsonb refuses (\u0000, lone surrogates, NaN).
         raise InvalidPayload("body is not JSON that Postgres can store") from None
     if existing is None or existing[0] is None:  # pruned meanwhile, or its job was
-        return Recorded(job_id=None, duplicate=True, status=JobStatus.DONE,
-                        event_id=existing[2] if existing else event_id)
-    return Recorded(job_id=existing[0], duplicate=True, status=existing[1],
-                    event_id=existing[2])
+        return RecordingResult(job_id=None, duplicate=True, status=JobStatus.DONE,
+                               event_id=existing[2] if existing else event_id)
+    return RecordingResult(job_id=existing[0], duplicate=True, status=existing[1],
+                           event_id=existing[2])

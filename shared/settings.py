@@ -11,22 +11,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from webhooks.shared import sources as s
 from webhooks.shared import variables as v
 from webhooks.shared.errors import ConfigError, MissingVariable
 from webhooks.shared.providers import PROVIDERS
-from webhooks.shared.providers.base import Provider
-from webhooks.shared.variables import IPNetwork, Section, family, setting
+from webhooks.shared.variables import IPNetwork, Topic, family, setting
 
 DATABASE_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 BROKER_SCHEMES = ("redis", "rediss", "unix", "amqp", "amqps")
-GITHUB_HOOK = s.GITHUB_HOOK
 LOOPBACK = "127.0.0.1"
 TRANSACTION_POOLING = "transaction"  # DATABASE_POOLER's one value
-DEPLOY, RECONCILE, INGRESS, OBSERVE = (Section.DEPLOY, Section.RECONCILIATION, Section.INGRESS,
-                                      Section.OBSERVABILITY)
-NOTIFY = Section.NOTIFICATIONS
+DEPLOY, RECONCILE, INGRESS, OBSERVE = (Topic.DEPLOY, Topic.RECONCILIATION, Topic.INGRESS,
+                                      Topic.OBSERVABILITY)
+NOTIFY = Topic.NOTIFICATIONS
 
 
 def database_hosts(raw: str) -> tuple[str, str, list[str], str]:
@@ -63,19 +62,9 @@ def _broker_url(raw: str) -> str:
     return raw
 
 
-def _secrets_parser(provider: Provider) -> v.Parser:
-    def parse(raw: str) -> tuple[str, ...]:
-        found = v.names(raw)
-        for secret in found:
-            if problem := provider.SECRET_FORMAT.problem(secret):
-                raise ValueError(problem)
-        return found
-
-    return parse
-
-
+# Each provider's variables, from its record (shared/providers), asked for when read.
 def _secret_variables() -> list[tuple[str, v.Variable]]:
-    return [(name, v.Variable(record.SECRET_VARIABLE, _secrets_parser(record), (),
+    return [(name, v.Variable(record.secret_variable, s.secrets_parser(record), (),
                               "endpoint secrets", DEPLOY))
             for name, record in PROVIDERS.items()]
 
@@ -83,6 +72,12 @@ def _secret_variables() -> list[tuple[str, v.Variable]]:
 def _allowlist_variables() -> list[tuple[str, v.Variable]]:
     return [(name, v.Variable(f"{name.upper()}_ALLOWED_IPS", v.networks, (), "allowlist", INGRESS))
             for name in PROVIDERS]
+
+
+def _api_base_variables() -> list[tuple[str, v.Variable]]:
+    return [(name, v.Variable(f"{name.upper()}_API_BASE", v.http_url, None,
+                              f"{record.title}'s API", RECONCILE))
+            for name, record in PROVIDERS.items() if record.api_base]
 
 
 @dataclass(frozen=True)
@@ -108,15 +103,15 @@ class Settings:
         "required (not by `release`)")
     port: int = setting("PORT", v.integer(1, 65535), 8000, "port of `web`", DEPLOY)
     secrets: Mapping[str, tuple[str, ...]] = family(
-        _secret_variables(), "<PROVIDER>_WEBHOOK_SECRET",
+        _secret_variables, "<PROVIDER>_WEBHOOK_SECRET",
         "endpoint secrets, comma-separated for rotation (see Providers)", DEPLOY, "unset: 404")
-    # The providers' named sources (shared/sources.py); the default ones are the fields
-    # above and below, and `sources` is the registry of both.
+    # The providers' named sources (shared/sources.py); the default ones are the secrets
+    # above, the allowlists and the options below, and `sources` is the registry of both.
     named_sources: Mapping[str, tuple[s.Source, ...]] = s.named_sources_field()
-    stripe_livemode: s.Livemode = setting(
-        "STRIPE_LIVEMODE", lambda raw: s.Livemode(v.choice(*s.Livemode)(raw)), s.Livemode.ANY,
-        "`any`, `live` or `test`: which of the default Stripe source's events take effect",
-        DEPLOY)
+    # The options each provider's record gives its default source a variable of
+    # (STRIPE_API_KEY, STRIPE_LIVEMODE, PADDLE_API_KEY, GITHUB_TOKEN, GITHUB_HOOKS), by
+    # provider and option key; each listed in its own topic's table.
+    default_options: Mapping[str, Mapping[str, Any]] = s.default_options_field()
     tolerance_seconds: int = setting(
         "WEBHOOK_TOLERANCE_SECONDS", v.integer(1), 300,
         "signed timestamp tolerance, past or future", DEPLOY)
@@ -173,24 +168,11 @@ class Settings:
         "WEBHOOKS_DATA_DIR", v.path, Path(".webhooks"),
         "where `webhooks dev` keeps its embedded servers' data and dev secrets (the other "
         "commands find a running `webhooks dev` there)", DEPLOY)
-    # Reconciliation: each provider's API credentials (None: not reconciled) and base URL.
-    stripe_api_key: str | None = setting(
-        "STRIPE_API_KEY", v.text, None, "a key that can read events (`GET /v1/events`, "
-        "through the `stripe` library)", RECONCILE, "unset: no Stripe reconciliation")
-    stripe_api_base: str = setting("STRIPE_API_BASE", v.http_url, "https://api.stripe.com",
-                                   "Stripe's API", RECONCILE)
-    paddle_api_key: str | None = setting("PADDLE_API_KEY", v.text, None,
-                                         "Paddle Billing (`GET /events`)", RECONCILE)
-    paddle_api_base: str = setting("PADDLE_API_BASE", v.http_url, "https://api.paddle.com",
-                                   "Paddle's API", RECONCILE)
-    github_token: str | None = setting("GITHUB_TOKEN", v.text, None,
-                                       "a token that reads hook deliveries", RECONCILE)
-    github_api_base: str = setting("GITHUB_API_BASE", v.http_url, "https://api.github.com",
-                                   "GitHub's API", RECONCILE)
-    github_hooks: tuple[str, ...] = setting(
-        "GITHUB_HOOKS", v.pattern(GITHUB_HOOK, s.GITHUB_HOOK_WHAT),
-        (), "the hooks to reconcile, e.g. `repos/acme/shop/hooks/12,orgs/acme/hooks/34`", RECONCILE,
-        "none")
+    # Reconciliation: each provider's events API (its credentials are its sources' options).
+    api_bases: Mapping[str, str] = family(
+        _api_base_variables, "<PROVIDER>_API_BASE", "the provider's events API (a fake's, in "
+        "tests)", RECONCILE, "the provider's: " + ", ".join(
+            f"`{record.api_base}`" for record in PROVIDERS.values() if record.api_base))
     reconcile_interval_seconds: float = setting(
         "RECONCILE_INTERVAL_SECONDS", v.number(), 3600.0,
         "how often the clock reconciles each source with credentials; `0`: never", RECONCILE)
@@ -202,7 +184,7 @@ class Settings:
     # Ingress: the networks each provider's deliveries may come from (absent: any), and how
     # many reverse proxies in front of `web` append to X-Forwarded-For.
     allowed_networks: Mapping[str, tuple[IPNetwork, ...]] = family(
-        _allowlist_variables(), "<PROVIDER>_ALLOWED_IPS",
+        _allowlist_variables, "<PROVIDER>_ALLOWED_IPS",
         "addresses and CIDR ranges, IPv4 or IPv6, comma-separated, that the provider's "
         "deliveries may come from, at each of its sources without a list of its own; others "
         "get `403`", INGRESS, "unset: any address")
@@ -288,13 +270,14 @@ class Settings:
 
     def default_source(self, provider: str) -> s.Source:
         """The provider's default source, from the provider's own variables."""
-        credentials = {"stripe": self.stripe_api_key, "paddle": self.paddle_api_key,
-                       "github": self.github_token}
-        return s.Source(provider, provider, self.secrets_for(provider),
-                        tuple(self.allowed_networks.get(provider, ())),
-                        api_key=credentials.get(provider),
-                        hooks=self.github_hooks if provider == "github" else (),
-                        livemode=self.stripe_livemode if provider == "stripe" else s.Livemode.ANY)
+        return s.default_source(provider, self.secrets_for(provider),
+                                tuple(self.allowed_networks.get(provider, ())),
+                                self.default_options.get(provider, {}))
+
+    def api_base(self, provider: str) -> str | None:
+        """The provider's events API (`<PROVIDER>_API_BASE`, else its record's)."""
+        record = PROVIDERS.get(provider)
+        return self.api_bases.get(provider) or (record.api_base if record else None)
 
     def require_servers(self, *, broker: bool = True) -> None:
         """MissingVariable unless DATABASE_URL (and BROKER_URL) are set. A deploy that
@@ -309,6 +292,6 @@ class Settings:
 NO_EMBEDDED_SERVERS = "deployed processes never start an embedded server (only `webhooks dev` does)"
 
 
-def markdown_table(section: Section) -> str:
-    """The README's table of the section's variables (the console's: webhooks.console.settings)."""
-    return v.markdown_table(section, Settings)
+def markdown_table(topic: Topic) -> str:
+    """The README's table of the topic's variables (the console's: webhooks.console.settings)."""
+    return v.markdown_table(topic, Settings)

@@ -9,9 +9,11 @@ provider's own variables (STRIPE_WEBHOOK_SECRET, STRIPE_ALLOWED_IPS, STRIPE_API_
 variables with its name after the provider's prefix (STRIPE_CONNECT_WEBHOOK_SECRET,
 STRIPE_CONNECT_ALLOWED_IPS, STRIPE_CONNECT_API_KEY, ...).
 
-The dedup key is the provider's, not the source's (SPEC, "Sources"): one logical event is
-one row whichever source carries it, except for Standard Webhooks, whose senders are
-unrelated applications (see SOURCE_SCOPED).
+Each source's credentials and options (STRIPE_CONNECT_CONNECT, GITHUB_CONNECT_HOOKS, ...)
+are those its provider's record declares (shared/providers/base.py Option): this module
+names and reads them, and knows no provider. The dedup key is the provider's record's
+(`dedup`): one logical event is one row whichever source carries it, except for a
+provider whose senders are unrelated applications (Standard Webhooks).
 """
 
 from __future__ import annotations
@@ -19,68 +21,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from webhooks.shared import variables as v
 from webhooks.shared.errors import MissingVariable
 from webhooks.shared.providers import PROVIDERS
-from webhooks.shared.providers.base import Provider
-from webhooks.shared.providers.stripe import EventKind as EventKind  # Stripe's vocabulary
+from webhooks.shared.providers.base import DedupScope, Option, Provider, Source, label
+
+__all__ = ["Source", "Sources", "label"]
 
 NAME = re.compile(r"[a-z][a-z0-9]{0,31}")
 RESERVED = ("default",)  # besides the provider's own name, the default source's
-# The providers whose event ids are unique per source only: Standard Webhooks senders
-# (Clerk, Resend through Svix) are unrelated applications whose message ids may collide.
-SOURCE_SCOPED: frozenset[str] = frozenset({"standard"})
-# The providers whose sources hold an API key (STRIPE_<NAME>_API_KEY, ...); GitHub's hold
-# a token and hooks instead.
-API_KEY_PROVIDERS = ("stripe", "paddle")
-
-
-# How the outcome of a job whose event's livemode its source refused begins (the worker
-# writes it): done with no effect by design, which the audits of effects leave out.
-LIVEMODE_REFUSED = "no effect: livemode"
-
-
-class Livemode(StrEnum):
-    """Which of a Stripe source's events take effect (by the event's `livemode`)."""
-
-    ANY = "any"
-    LIVE = "live"
-    TEST = "test"
-
-    def accepts(self, livemode: bool | None) -> bool:
-        """Whether an event of this livemode takes effect: `live` only livemode true,
-        `test` only false (an event that does not say is neither), `any` every event."""
-        if self is Livemode.ANY:
-            return True
-        return livemode is (self is Livemode.LIVE)
-
-
-@dataclass(frozen=True)
-class Source:
-    """One endpoint of a provider."""
-
-    provider: str
-    name: str  # the provider's name for its default source
-    secrets: tuple[str, ...] = ()
-    allowed_networks: tuple[v.IPNetwork, ...] = ()  # empty: any address
-    api_key: str | None = None  # Stripe's or Paddle's API key, GitHub's token
-    hooks: tuple[str, ...] = ()  # GitHub: the hooks to reconcile
-    connect: bool = False  # Stripe: a Connect endpoint (events of connected accounts)
-    events: EventKind = EventKind.SNAPSHOT  # Stripe
-    livemode: Livemode = Livemode.ANY  # Stripe
-
-    @property
-    def default(self) -> bool:
-        return self.name == self.provider
-
-    @property
-    def label(self) -> str:
-        """`stripe` for the default source, `stripe/connect` for a named one: the path
-        after /webhooks/, and how commands and logs name it."""
-        return label(self.provider, self.name)
 
 
 @dataclass(frozen=True)
@@ -101,14 +52,10 @@ class Sources:
         return iter(self.by_key.values())
 
 
-def label(provider: str, name: str) -> str:
-    """A source's label from its provider and name (a row's provider and source)."""
-    return provider if name in ("", provider) else f"{provider}/{name}"
-
-
 def dedup_by_source(provider: str) -> bool:
-    """Whether the provider's event ids are unique per source only (SOURCE_SCOPED)."""
-    return provider in SOURCE_SCOPED
+    """Whether the provider's event ids are unique per source only (its record's dedup)."""
+    record = PROVIDERS.get(provider)
+    return record is not None and record.dedup is DedupScope.SOURCE
 
 
 # --- the variables --------------------------------------------------------------------
@@ -119,11 +66,31 @@ def variable_name(provider: str, name: str, suffix: str) -> str:
     return f"{provider.upper()}_{name.upper()}_{suffix}"
 
 
+def option_variable(source: Source, option: Option) -> str:
+    """The variable of a source's option: `STRIPE_API_KEY` for the default source,
+    `STRIPE_CONNECT_API_KEY` for source `connect`."""
+    if source.default:
+        return f"{source.provider.upper()}_{option.suffix}"
+    return variable_name(source.provider, source.name, option.suffix)
+
+
 def secret_variable(record: Provider, name: str) -> str:
-    """The provider's SECRET_VARIABLE with the source's name after the provider's prefix:
+    """The provider's secret variable with the source's name after the provider's prefix:
     STRIPE_CONNECT_WEBHOOK_SECRET, SLACK_<NAME>_SIGNING_SECRET."""
     prefix = record.name.upper() + "_"
-    return prefix + name.upper() + "_" + record.SECRET_VARIABLE.removeprefix(prefix)
+    return prefix + name.upper() + "_" + record.secret_variable.removeprefix(prefix)
+
+
+def secrets_parser(record: Provider) -> v.Parser:
+    """Comma-separated secrets, each of the provider's format."""
+    def parse(raw: str) -> tuple[str, ...]:
+        found = v.names(raw)
+        for secret in found:
+            if problem := record.secret_format.problem(secret):
+                raise ValueError(problem)
+        return found
+
+    return parse
 
 
 def names_parser(provider: str) -> v.Parser:
@@ -145,13 +112,13 @@ def names_parser(provider: str) -> v.Parser:
 
 def sources_variable(provider: str) -> v.Variable:
     return v.Variable(f"{provider.upper()}_SOURCES", names_parser(provider), (),
-                      "sources", v.Section.DEPLOY)
+                      "sources", v.Topic.DEPLOY)
 
 
 def read_named(env: Mapping[str, str]) -> dict[str, tuple[Source, ...]]:
     """The named sources of each provider that has `<PROVIDER>_SOURCES`; ConfigError (exit
-    2) on a bad value, MissingVariable (exit 1) on a missing secret or a thin source's
-    missing API key."""
+    2) on a bad value, MissingVariable (exit 1) on a missing secret or on an option its
+    others make necessary (a thin Stripe source's API key)."""
     found = {}
     for provider, record in PROVIDERS.items():
         names = sources_variable(provider).read(env)
@@ -163,46 +130,52 @@ def read_named(env: Mapping[str, str]) -> dict[str, tuple[Source, ...]]:
 def _read_source(record: Provider, name: str, env: Mapping[str, str]) -> Source:
     provider = record.name
     secret_name = secret_variable(record, name)
-    secrets = v.Variable(secret_name, _secrets_parser(record), (), "", v.Section.DEPLOY).read(env)
+    secrets = v.Variable(secret_name, secrets_parser(record), (), "", v.Topic.DEPLOY).read(env)
     if not secrets:
         raise MissingVariable(secret_name, f"source {provider}/{name} needs its secret")
 
     def read(suffix: str, parse: v.Parser, default: Any = None) -> Any:
         return v.Variable(variable_name(provider, name, suffix), parse, default, "",
-                          v.Section.DEPLOY).read(env)
+                          v.Topic.DEPLOY).read(env)
 
-    options: dict[str, Any] = {"allowed_networks": read("ALLOWED_IPS", v.networks, ())}
-    if provider in API_KEY_PROVIDERS:
-        options["api_key"] = read("API_KEY", v.text)
-    if provider == "github":
-        options["api_key"] = read("TOKEN", v.text)
-        options["hooks"] = read("HOOKS", v.pattern(GITHUB_HOOK, GITHUB_HOOK_WHAT), ())
-    if provider == "stripe":
-        options.update(connect=read("CONNECT", v.flag, False),
-                       events=EventKind(read("EVENTS", v.choice(*EventKind), EventKind.SNAPSHOT)),
-                       livemode=Livemode(read("LIVEMODE", v.choice(*Livemode), Livemode.ANY)))
-        if options["events"] is EventKind.THIN and not options["api_key"]:
-            raise MissingVariable(variable_name(provider, name, "API_KEY"),
-                                  f"thin source {provider}/{name} fetches its events")
-    return Source(provider, name, secrets, **options)  # type: ignore[arg-type]
+    allowed = read("ALLOWED_IPS", v.networks, ())
+    values = {option.key: read(option.suffix, option.parse, option.default)
+              for option in record.all_options}
+    source = _source(record, name, secrets, allowed, values)
+    if record.missing is not None and (missing := record.missing(source)) is not None:
+        option, hint = missing
+        raise MissingVariable(option_variable(source, option), hint)
+    return source
 
 
-def _secrets_parser(record: Provider) -> v.Parser:
-    def parse(raw: str) -> tuple[str, ...]:
-        found = v.names(raw)
-        for secret in found:
-            if problem := record.SECRET_FORMAT.problem(secret):
-                raise ValueError(problem)
-        return found
-
-    return parse
+def _source(record: Provider, name: str, secrets: tuple[str, ...],
+            allowed: tuple[v.IPNetwork, ...], values: Mapping[str, Any]) -> Source:
+    """A source of the provider from its options' values (its credentials' among them)."""
+    credentials = record.credentials.key if record.credentials else None
+    return Source(record.name, name, secrets, allowed,
+                  credentials=values.get(credentials) if credentials else None,
+                  options={key: value for key, value in values.items() if key != credentials})
 
 
-# A hook's API path: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID.
-GITHUB_HOOK = r"(repos/[\w.-]+/[\w.-]+|orgs/[\w.-]+)/hooks/\d+"
-GITHUB_HOOK_WHAT = "repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID"
+def default_source(provider: str, secrets: tuple[str, ...], allowed: tuple[v.IPNetwork, ...],
+                   values: Mapping[str, Any]) -> Source:
+    """The provider's default source, from the provider's own variables (`values`: its
+    options' as DefaultOptions read them; an option without a variable takes its default)."""
+    record = PROVIDERS.get(provider)
+    if record is None:
+        return Source(provider, provider, secrets, allowed)
+    return _source(record, provider, secrets, allowed,
+                   {option.key: values.get(option.key, option.default)
+                    for option in record.all_options})
 
-# The README's rows for the per-source variables: (pattern, meaning, default).
+
+def _option_rows() -> list[tuple[str, str, str]]:
+    return [(variable_name(record.name, "<NAME>", option.suffix), option.doc, option.shown)
+            for record in PROVIDERS.values() for option in record.all_options]
+
+
+# The README's rows for the per-source variables of every provider: (pattern, meaning,
+# default); each provider's options follow (_option_rows).
 PATTERNS: tuple[tuple[str, str, str], ...] = (
     ("<PROVIDER>_SOURCES", "more sources of the provider, comma-separated names "
      "`[a-z][a-z0-9]{0,31}`, each at `/webhooks/<provider>/<name>` (docs/sources.md)",
@@ -212,16 +185,6 @@ PATTERNS: tuple[tuple[str, str, str], ...] = (
      "every process exits 1"),
     ("<PROVIDER>_<NAME>_ALLOWED_IPS", "a named source's allowlist, as `<PROVIDER>_ALLOWED_IPS`",
      "unset: the provider's `<PROVIDER>_ALLOWED_IPS` (unset too: any address)"),
-    ("STRIPE_<NAME>_API_KEY", "a named Stripe source's API key (also `PADDLE_<NAME>_API_KEY`)",
-     "unset: not reconciled"),
-    ("GITHUB_<NAME>_TOKEN", "a named GitHub source's token (and `GITHUB_<NAME>_HOOKS`, as "
-     "`GITHUB_HOOKS`)", "unset: not reconciled"),
-    ("STRIPE_<NAME>_CONNECT", "`1`: a Connect endpoint (its events name a connected "
-     "`account`)", "`0`"),
-    ("STRIPE_<NAME>_EVENTS", "`snapshot` or `thin` (an event destination; needs "
-     "`STRIPE_<NAME>_API_KEY`)", "`snapshot`"),
-    ("STRIPE_<NAME>_LIVEMODE", "`any`, `live` or `test`: which events take effect (the "
-     "default source: `STRIPE_LIVEMODE`)", "`any`"),
 )
 
 
@@ -231,8 +194,7 @@ class NamedSources:
     depend on `<PROVIDER>_SOURCES`, so the README documents them as patterns."""
 
     doc: str = "named sources"
-    section: v.Section = v.Section.DEPLOY
-    rows: tuple[tuple[str, str, str], ...] = PATTERNS
+    topic: v.Topic = v.Topic.DEPLOY
 
     def read(self, env: Mapping[str, str]) -> dict[str, tuple[Source, ...]]:
         return read_named(env)
@@ -241,9 +203,51 @@ class NamedSources:
         """The variables whose names are fixed: each provider's `<PROVIDER>_SOURCES`."""
         return [sources_variable(provider).name for provider in PROVIDERS]
 
+    def rows_in(self, topic: v.Topic) -> list[tuple[str, str, str]]:
+        return [*PATTERNS, *_option_rows()] if topic is self.topic else []
+
+
+@dataclass(frozen=True)
+class DefaultOptions:
+    """The declaration of the default sources' options (a settings field): each option a
+    provider's record gives a variable of its default source (`<PROVIDER>_<SUFFIX>`:
+    STRIPE_API_KEY, STRIPE_LIVEMODE, GITHUB_HOOKS, ...), read into {provider: {key: value}},
+    each listed in its own topic's README table."""
+
+    doc: str = "the default sources' options"
+    topic: v.Topic = v.Topic.DEPLOY
+
+    def variables(self) -> Iterator[tuple[str, Option, v.Variable]]:
+        for record in PROVIDERS.values():
+            for option in record.all_options:
+                if option.default_doc is not None:
+                    yield record.name, option, v.Variable(
+                        f"{record.name.upper()}_{option.suffix}", option.parse,
+                        option.default, option.default_doc, option.topic, option.default_shown)
+
+    def read(self, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+        """The options set (an option at its default is left out, as an unset variable)."""
+        found: dict[str, dict[str, Any]] = {}
+        for provider, option, variable in self.variables():
+            value = variable.read(env)
+            if value != option.default:
+                found.setdefault(provider, {})[option.key] = value
+        return found
+
+    def names(self) -> list[str]:
+        return [variable.name for _, _, variable in self.variables()]
+
+    def rows_in(self, topic: v.Topic) -> list[tuple[str, str, str]]:
+        return [(variable.name, variable.doc, variable.default_text())
+                for _, _, variable in self.variables() if variable.topic is topic]
+
 
 def named_sources_field() -> Any:
     return field(default_factory=dict, metadata={v.DECLARATION: NamedSources()})
+
+
+def default_options_field() -> Any:
+    return field(default_factory=dict, metadata={v.DECLARATION: DefaultOptions()})
 
 
 def build(defaults: Mapping[str, Source], named: Mapping[str, tuple[Source, ...]],
@@ -266,15 +270,13 @@ def _inherit(source: Source, allowed: Mapping[str, tuple[v.IPNetwork, ...]]) -> 
     return replace(source, allowed_networks=tuple(allowed[source.provider]))
 
 
-
-
 _last: tuple[Any, Sources] | None = None  # (the settings, their registry)
 
 
 def registry(settings: Any) -> Sources:
     """settings.sources, built once per settings object (Settings is frozen, so its
-    registry never changes): for what asks per job, the worker's livemode policy and its
-    thin-event fetches. A second settings object (a test's copy) gets its own."""
+    registry never changes): for what asks per job, the step before its handler. A second
+    settings object (a test's copy) gets its own."""
     global _last
     last = _last
     if last is None or last[0] is not settings:

@@ -4,8 +4,8 @@ webhooks.console.settings.ConsoleSettings). The settings are read from these dec
 README's tables of variables are generated from them (`python -m webhooks.readme`).
 
 Variables whose names depend on another's value (a provider's named sources,
-`STRIPE_<NAME>_WEBHOOK_SECRET`) are declared by shared.sources.NamedSources, whose `rows`
-the README's table lists as patterns.
+`STRIPE_<NAME>_WEBHOOK_SECRET`) or on the providers' records (each source option's) are
+declared in shared.sources, whose `rows_in` the README's tables list.
 
 A parser takes the variable's text (never empty: unset or blank means the default) and
 returns the value, or raises ValueError with the problem, which becomes one ConfigError
@@ -36,8 +36,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DECLARATION = "webhooks.variable"  # the key of a field's declaration in its metadata
 
 
-class Section(StrEnum):
-    """The README section whose table lists a variable."""
+class Topic(StrEnum):
+    """The README topic whose table lists a variable."""
 
     DEPLOY = "deploy"
     CONSOLE = "console"
@@ -53,7 +53,7 @@ class Variable:
     parse: Parser
     default: Any
     doc: str
-    section: Section
+    topic: Topic
     shown: str | None = None  # the default as the README says it, when not the value
 
     def read(self, env: Mapping[str, str]) -> Any:
@@ -77,33 +77,34 @@ class Variable:
 
 @dataclass(frozen=True)
 class Family:
-    """One variable per key (a provider), read into a mapping of the keys that are set."""
+    """One variable per key (a provider), read into a mapping of the keys that are set. The
+    members are asked for when read: a provider registered after import has its variable."""
 
-    members: tuple[tuple[str, Variable], ...]
+    members_of: Callable[[], Iterable[tuple[str, Variable]]]
     pattern: str  # the README's name for the family, `<PROVIDER>_ALLOWED_IPS`
     doc: str
-    section: Section
+    topic: Topic
     shown: str
 
     def read(self, env: Mapping[str, str]) -> dict[str, Any]:
-        found = {key: variable.read(env) for key, variable in self.members}
+        found = {key: variable.read(env) for key, variable in self.members_of()}
         return {key: value for key, value in found.items() if value}
 
     def names(self) -> list[str]:
-        return [variable.name for _, variable in self.members]
+        return [variable.name for _, variable in self.members_of()]
 
 
-def setting(name: str, parse: Parser, default: Any, doc: str, section: Section,
+def setting(name: str, parse: Parser, default: Any, doc: str, topic: Topic,
             shown: str | None = None) -> Any:
     """A settings field read from variable `name` (see Variable)."""
-    variable = Variable(name, parse, default, doc, section, shown)
+    variable = Variable(name, parse, default, doc, topic, shown)
     return dataclasses.field(default=default, metadata={DECLARATION: variable})
 
 
-def family(members: Iterable[tuple[str, Variable]], pattern: str, doc: str,
-           section: Section, shown: str) -> Any:
+def family(members_of: Callable[[], Iterable[tuple[str, Variable]]], pattern: str, doc: str,
+           topic: Topic, shown: str) -> Any:
     """A settings field mapping each key to its own variable's value (see Family)."""
-    declared = Family(tuple(members), pattern, doc, section, shown)
+    declared = Family(members_of, pattern, doc, topic, shown)
     return dataclasses.field(default_factory=dict, metadata={DECLARATION: declared})
 
 
@@ -122,14 +123,15 @@ def read(cls: type, env: Mapping[str, str] | None = None) -> dict[str, Any]:
             for item in dataclasses.fields(cls) if DECLARATION in item.metadata}
 
 
-def markdown_table(section: Section, *classes: type) -> str:
-    """The README's table of the section's variables."""
+def markdown_table(topic: Topic, *classes: type) -> str:
+    """The README's table of the topic's variables."""
     rows = ["| variable | meaning | default |", "| --- | --- | --- |"]
     for declared in declarations(*classes):
-        if declared.section != section:
+        if hasattr(declared, "rows_in"):  # variables named by patterns (shared.sources)
+            rows.extend(f"| `{name}` | {doc} | {default} |"
+                        for name, doc, default in declared.rows_in(topic))
             continue
-        if hasattr(declared, "rows"):  # variables named by patterns (shared.sources)
-            rows.extend(f"| `{name}` | {doc} | {default} |" for name, doc, default in declared.rows)
+        if declared.topic != topic:
             continue
         name = (f"`{declared.name}`" if isinstance(declared, Variable)
                 else f"`{declared.pattern}` ({', '.join(f'`{n}`' for n in declared.names())})")

@@ -26,10 +26,9 @@ from typing import Any, NoReturn, TypeVar
 import click
 from sqlalchemy.engine import Engine
 
+from webhooks.shared import providers
 from webhooks.shared.errors import ConfigError, DatabaseUnavailable, MissingVariable, WebhooksError
 from webhooks.shared.models import JobStatus, NotificationKind, NotificationStatus
-from webhooks.shared.providers import NAMES as PROVIDERS
-from webhooks.shared.providers import RECONCILED
 from webhooks.shared.settings import Settings
 from webhooks.shared.terminal import visible
 
@@ -156,7 +155,7 @@ def source_of(settings: Settings, text: str, *, whole: bool = True) -> tuple[str
     `stripe/stripe` names the default source alone (`pause stripe/stripe` holds it, not
     the named ones)."""
     provider, slash, name = text.partition("/")
-    if not slash and whole and provider in PROVIDERS:
+    if not slash and whole and provider in providers.PROVIDERS:
         return provider, None
     found = settings.sources.get(provider, name or None) if name or not slash else None
     if found is None:
@@ -356,13 +355,12 @@ def send(target: str, file: Any, url: str | None, secret: str | None, repeat: in
     settings = load_settings()
     from webhooks.dev import dev_secrets
     from webhooks.send import post, signed_headers
-    from webhooks.shared.providers import PROVIDERS as RECORDS
 
     provider, name = _sending_source(settings, target)
     found = settings.sources.get(provider, name)
     secret = secret or (found.secrets[0] if found and found.secrets else None)
     if secret is None:  # the default source of a provider with no secret set: dev's
-        secret = dev_secrets(settings.data_dir)[RECORDS[provider].SECRET_VARIABLE]
+        secret = dev_secrets(settings.data_dir)[providers.PROVIDERS[provider].secret_variable]
     path = provider if name in (None, provider) else f"{provider}/{name}"
     body = file.read()
     headers = signed_headers(provider, body, secret)
@@ -380,7 +378,7 @@ def send(target: str, file: Any, url: str | None, secret: str | None, repeat: in
 def _sending_source(settings: Settings, target: str) -> tuple[str, str | None]:
     """A provider's default source even when it has no secret (dev's secret signs), or a
     configured named source."""
-    if target in PROVIDERS:
+    if target in providers.PROVIDERS:
         return target, None
     return source_of(settings, target, whole=False)
 
@@ -391,7 +389,7 @@ def _sending_source(settings: Settings, target: str) -> tuple[str, str | None]:
 @main.command()
 @click.option("--job", "job_ids", type=int, multiple=True, help="A failed job id (repeatable).")
 @click.option("--all", "all_failed", is_flag=True, help="Every failed job matching the filters.")
-@click.option("--provider", help=f"One provider ({', '.join(PROVIDERS)}).")
+@click.option("--provider", help=f"One provider ({', '.join(providers.names())}).")
 @click.option("--type", "event_type")
 @click.option("--since", type=click.DateTime(), help="Jobs created at or after this time.")
 @click.option("--dry-run", is_flag=True, help="Show how many, change nothing.")
@@ -526,7 +524,7 @@ class Moment(click.ParamType):
 
 
 @main.command()
-@click.option("--provider", help=f"One provider ({', '.join(PROVIDERS)}).")
+@click.option("--provider", help=f"One provider ({', '.join(providers.names())}).")
 @click.option("--source", "source", metavar="PROVIDER/SOURCE",
               help="One configured source, e.g. stripe/connect (`stripe`: its default source).")
 @click.option("--type", "event_type", help="Event type, e.g. invoice.paid.")
@@ -694,9 +692,9 @@ def reconcile(target: str, since: datetime | None, dry_run: bool) -> None:
     from webhooks.shared import db, reconciliation, wakeups
 
     provider, name = source_of(settings, target)
-    if provider not in RECONCILED:
+    if provider not in providers.reconciled():
         fail(f"{provider!r} has no event API to reconcile from (one of "
-             f"{', '.join(RECONCILED)})", 2)
+             f"{', '.join(providers.reconciled())})", 2)
     chosen = _reconciled_sources(settings, provider, name)
     start = since or datetime.now(UTC) - reconciliation.DEFAULT_LOOKBACK
     engine = db.create_engine(settings, pool_size=1, autocommit=True)

@@ -55,7 +55,7 @@ def dev_secrets(data_dir: Path) -> dict[str, str]:
         stored: dict[str, str] = json.loads(path.read_text())
         return stored
     embedded.private_folder(data_dir)
-    made = {record.SECRET_VARIABLE: record.SECRET_FORMAT.generate()
+    made = {record.secret_variable: record.secret_format.generate()
             for record in PROVIDERS.values()}
     embedded.write_private(path, json.dumps(made, indent=2))
     return made

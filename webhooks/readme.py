@@ -1,4 +1,4 @@
-"""README.md's generated tables: the providers (shared.providers) and each section's
+"""README.md's generated tables: the providers (shared.providers) and each topic's
 environment variables (shared.settings, webhooks.console.settings), between the markers
 `<!-- generated: NAME -->` and `<!-- end generated -->`.
 
@@ -17,22 +17,22 @@ from pathlib import Path
 
 from webhooks.console import settings as console_settings
 from webhooks.shared import providers, settings
-from webhooks.shared.variables import Section
+from webhooks.shared.variables import Topic
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z ]+) -->\n)(?P<table>.*?)"
                    r"(\n<!-- end generated -->)", re.S)
 
 
-def _variables(section: Section) -> Callable[[], str]:
-    if section is Section.CONSOLE:
+def _variables(topic: Topic) -> Callable[[], str]:
+    if topic is Topic.CONSOLE:
         return console_settings.markdown_table
-    return partial(settings.markdown_table, section)
+    return partial(settings.markdown_table, topic)
 
 
 TABLES: dict[str, Callable[[], str]] = {
     "providers": providers.markdown_table,
-    **{f"variables {section}": _variables(section) for section in Section},
+    **{f"variables {topic}": _variables(topic) for topic in Topic},
 }
 
 

@@ -26,12 +26,11 @@ A batch also stops taking new jobs after BATCH_SECONDS, and claims only as many 
 apply in that time (Pace), so slow handlers neither keep locks long nor keep claimed jobs
 from idle workers.
 
-A Stripe event whose `livemode` its source does not accept (STRIPE_<NAME>_LIVEMODE) is
-done with no effect, before anything else: no fetch, no handler (_refused).
-
-A Stripe thin event's job first fetches what the event announces (worker/thin_events.py),
-just before its handler, when a handler names its type; a failed fetch is that job's
-failed attempt, recorded in the batch, and the batch carries on without it.
+Before its handler, a job takes its provider's step, when the provider's record has one
+(shared/providers/base.py Provider.before_handler; Stripe's: the source's livemode policy,
+then a thin event's fetch). The step may give the payload the handler applies, or end the
+job done with no effect (Refused), or fail (NotReady): that job's failed attempt, recorded
+in the batch, and the batch carries on without it.
 
 Every statement that marks a job (done, retry, failed) also writes its event's search
 document (queries.JobMarkDoneMany): an event is searchable by its words once its job has
@@ -61,15 +60,17 @@ from webhooks.shared import (
     metrics,
     notifications,
     payloads,
+    providers,
     queries,
     sources,
     tracing,
     wakeups,
 )
 from webhooks.shared.errors import DatabaseUnavailable, PermanentJobError, describe
+from webhooks.shared.providers.base import NotReady, PendingJob, Refused
 from webhooks.shared.queries import ClaimedJob
 from webhooks.shared.settings import Settings
-from webhooks.worker import outbox, retries, thin_events
+from webhooks.worker import outbox, retries
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class BatchResult:
     # What the open transaction reports (written just before its COMMIT), and what the
     # committed ones recorded (their wake-ups).
     notes: notifications.Notes = field(default_factory=notifications.Notes)
-    notified: notifications.Recorded = field(default_factory=notifications.Recorded)
+    notified: notifications.Queued = field(default_factory=notifications.Queued)
 
 
 def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker,
@@ -274,48 +275,31 @@ def _job_context(conn: Connection, settings: Settings, row: ClaimedJob) -> handl
 
 def _attempt(conn: Connection, settings: Settings, row: ClaimedJob,
              result: BatchResult) -> _Applied | None:
-    """The job applied, or refused by its source's livemode policy; None if its thin
-    event's fetch failed (that failed attempt is recorded)."""
-    refused = _refused(settings, row)
-    if refused is not None:
-        return refused
-    fetched = _fetched(conn, settings, row, result)
-    return None if fetched is None else _run_handler(conn, settings, fetched)
-
-
-def _refused(settings: Settings, row: ClaimedJob) -> _Applied | None:
-    """A job done with no effect: its event's livemode is one its source does not accept.
-    Stripe sends test-mode events of connected accounts to live Connect endpoints, and
-    such an event must never credit the live ledger: decided here, from the row's
-    `livemode` (a thin event's own field, recorded at the ingest), before any fetch or
-    handler. An event of a source no longer configured is not refused."""
-    source = sources.registry(settings).get(row.provider, row.source)
-    if source is None or source.livemode.accepts(row.livemode):
-        return None
-    outcome = (f"{sources.LIVEMODE_REFUSED} {str(row.livemode).lower()} refused by source "
-               f"{source.label} (livemode {source.livemode})")
-    log.debug("event's livemode refused by its source, no effect",
-             extra={**_log_fields(row), "source": source.label, "livemode": row.livemode,
-                    "account": row.account})
-    return _Applied(row, outcome, 0)
-
-
-def _fetched(conn: Connection, settings: Settings, row: ClaimedJob,
-             result: BatchResult) -> ClaimedJob | None:
-    """The job with what a thin event announces fetched, in the batch, just before its
-    handler (worker/thin_events.py bounds the wait); a failed fetch is a failed attempt,
-    recorded at once in the batch's transaction (nothing of the job was written), and
-    the job is left out of the batch. A thin event of a type no handler names has nothing
-    to apply: no fetch (nor API key) is needed, and its job is done with no effect. Any
-    other job: as claimed."""
-    if row.provider != "stripe" or not thin_events.is_thin(row.payload) \
-            or not handlers.for_event(row.provider, row.event_type):
-        return row
+    """The job applied, after its provider's step before a handler (when its record has
+    one): refused by it (done with no effect), or run with the payload it gives; None if
+    the step failed (that failed attempt is recorded at once, in the batch's transaction:
+    nothing of the job was written, and the job is left out of the batch)."""
+    record = providers.get(row.provider)
+    if record is None or record.before_handler is None:
+        return _run_handler(conn, settings, row)
     try:
-        return row._replace(payload=thin_events.fetch(settings, row.source, row.payload))
-    except thin_events.ThinFetchFailed as error:
+        prepared = record.before_handler(_pending(settings, row))
+    except NotReady as error:
         _after_error(conn, settings, row, error, result, _log_fields(row))
         return None
+    if isinstance(prepared, Refused):
+        log.debug(prepared.why, extra={**_log_fields(row), **prepared.fields})
+        return _Applied(row, prepared.outcome, 0)
+    return _run_handler(conn, settings, row._replace(payload=prepared))
+
+
+def _pending(settings: Settings, row: ClaimedJob) -> PendingJob:
+    return PendingJob(
+        event_id=row.event_id, event_type=row.event_type, payload=row.payload,
+        source_name=row.source, source=sources.registry(settings).get(row.provider, row.source),
+        livemode=row.livemode, account=row.account,
+        handled=bool(handlers.for_event(row.provider, row.event_type)),
+        api_base=settings.api_base(row.provider))
 
 
 def _log_fields(row: ClaimedJob) -> dict[str, Any]:

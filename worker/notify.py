@@ -61,7 +61,7 @@ USER_AGENT = "webhooks-notifications"
 
 
 @dataclass(frozen=True)
-class Outcome:
+class DeliveryAttempt:
     """One attempt's result: sent, or an error that is permanent or worth a retry."""
 
     sent: bool
@@ -69,11 +69,11 @@ class Outcome:
     permanent: bool = False
 
 
-SENT = Outcome(True)
+SENT = DeliveryAttempt(True)
 
 
 @dataclass
-class DispatchResult:
+class NotificationRound:
     claimed: int = 0
     sent: int = 0
     retried: int = 0
@@ -96,10 +96,10 @@ def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> No
 
 def dispatch_due(engine: Engine, settings: Settings, limit: int = CLAIM_LIMIT, *,
                  post: Callable[..., requests.Response] | None = None,
-                 sender: postmark.Sender | None = None) -> DispatchResult:
+                 sender: postmark.Sender | None = None) -> NotificationRound:
     """Claim up to `limit` due deliveries, send each and mark it right after."""
     claimed, messages = _claim(engine, limit)
-    result = DispatchResult(claimed=len(claimed))
+    result = NotificationRound(claimed=len(claimed))
     if not claimed:
         return result
     deadline = time.monotonic() + SEND_DEADLINE_SECONDS
@@ -130,7 +130,7 @@ def _claim(engine: Engine, limit: int) -> tuple[list[ClaimedDelivery], dict[str,
 
 
 def _mark(engine: Engine, policy: retries.Retries, delivery: ClaimedDelivery,
-          outcome: Outcome | None, result: DispatchResult) -> None:
+          outcome: DeliveryAttempt | None, result: NotificationRound) -> None:
     """One delivery's outcome (None: not attempted in time, given back), and the
     notification's status after it, in one short transaction."""
     guard = {"id": delivery.notification_id, "channel": delivery.channel,
@@ -158,7 +158,7 @@ def _mark(engine: Engine, policy: retries.Retries, delivery: ClaimedDelivery,
 
 
 def _report(delivery: ClaimedDelivery, status: str, params: dict[str, Any],
-            settled: str | None, result: DispatchResult) -> None:
+            settled: str | None, result: NotificationRound) -> None:
     fields = {**_log_fields(delivery), "attempts": delivery.attempts}
     if settled:
         fields["notification_status"] = settled
@@ -189,7 +189,7 @@ class _Channels:
                  sender: postmark.Sender) -> None:
         self.settings, self.post, self.sender = settings, post, sender
 
-    def send(self, delivery: ClaimedDelivery, message: Message) -> Outcome:
+    def send(self, delivery: ClaimedDelivery, message: Message) -> DeliveryAttempt:
         try:
             if delivery.channel == Channel.SLACK:
                 return self.slack(message)
@@ -198,19 +198,20 @@ class _Channels:
             if delivery.channel == Channel.EMAIL:
                 return self.email(message, delivery.attempts)
         except requests.RequestException as error:
-            return Outcome(False, f"{type(error).__name__}: {error}"[:500])
-        return Outcome(False, f"channel {delivery.channel} is not configured", permanent=True)
+            return DeliveryAttempt(False, f"{type(error).__name__}: {error}"[:500])
+        return DeliveryAttempt(False, f"channel {delivery.channel} is not configured",
+                               permanent=True)
 
-    def slack(self, message: Message) -> Outcome:
+    def slack(self, message: Message) -> DeliveryAttempt:
         url = self.settings.notify_slack_webhook_url
         if not url:
-            return Outcome(False, "NOTIFY_SLACK_WEBHOOK_URL is unset", permanent=True)
+            return DeliveryAttempt(False, "NOTIFY_SLACK_WEBHOOK_URL is unset", permanent=True)
         return _answer(self.post(url, json={"text": message.slack_text}, timeout=TIMEOUT))
 
-    def webhook(self, message: Message) -> Outcome:
+    def webhook(self, message: Message) -> DeliveryAttempt:
         url, secret = self.settings.notify_webhook_url, self.settings.notify_webhook_secret
         if not url or not secret:
-            return Outcome(False, "NOTIFY_WEBHOOK_URL is unset", permanent=True)
+            return DeliveryAttempt(False, "NOTIFY_WEBHOOK_URL is unset", permanent=True)
         body = json.dumps(message.webhook_body(), separators=(",", ":"))
         now = datetime.now(UTC)
         headers = {
@@ -222,33 +223,33 @@ class _Channels:
         }
         return _answer(self.post(url, data=body.encode(), headers=headers, timeout=TIMEOUT))
 
-    def email(self, message: Message, attempts: int) -> Outcome:
+    def email(self, message: Message, attempts: int) -> DeliveryAttempt:
         to = self.settings.notify_email_to
         if not to:
-            return Outcome(False, "NOTIFY_EMAIL_TO is unset", permanent=True)
+            return DeliveryAttempt(False, "NOTIFY_EMAIL_TO is unset", permanent=True)
         key = f"notification:{message.id}"
         if attempts > 1:  # an earlier attempt's outcome is unknown: Postmark may have it
             try:
                 if self.sender.find_sent(key) is not None:
                     return SENT
             except EmailOutcomeUnknown as error:
-                return Outcome(False, str(error))
+                return DeliveryAttempt(False, str(error))
         outcome = self.sender.send([postmark.OutboundEmail(
             idempotency_key=key, to=to, subject=message.subject, text_body=message.text,
             html_body="")])[0]
         if isinstance(outcome, postmark.Sent):
             return SENT
-        return Outcome(False, str(outcome), permanent=isinstance(outcome, EmailRejected))
+        return DeliveryAttempt(False, str(outcome), permanent=isinstance(outcome, EmailRejected))
 
 
-def _answer(response: requests.Response) -> Outcome:
+def _answer(response: requests.Response) -> DeliveryAttempt:
     """2xx: sent; a 4xx other than 408 and 429: refused for good; anything else: retry."""
     status = response.status_code
     if 200 <= status < 300:
         return SENT
     error = f"HTTP {status}: {response.text[:200]}"
-    return Outcome(False, error, permanent=400 <= status < 500
-                   and status not in RETRYABLE_STATUSES)
+    return DeliveryAttempt(False, error, permanent=400 <= status < 500
+                           and status not in RETRYABLE_STATUSES)
 
 
 _sessions = threading.local()

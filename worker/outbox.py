@@ -70,14 +70,14 @@ GATHER_SECONDS = 0.05
 
 
 @dataclass
-class DispatchResult:
+class EmailRound:
     sent: int = 0
     failed: int = 0
     retried: int = 0
     more: bool = False  # a full batch was claimed: more rows may be due
     claimed: int = 0
     released: int = 0  # not attempted before the deadline: due again at once
-    notified: notifications.Recorded = field(default_factory=notifications.Recorded)
+    notified: notifications.Queued = field(default_factory=notifications.Queued)
 
 
 def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> None:
@@ -109,12 +109,12 @@ def _round(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> None:
 
 
 def dispatch_due(engine: Engine, settings: Settings, limit: int = wakeups.EMAILS_PER_MESSAGE,
-                 *, sender: Sender | None = None) -> DispatchResult:
+                 *, sender: Sender | None = None) -> EmailRound:
     """Claim up to `limit` due emails, send them, and record each outcome."""
     sender = sender or postmark.sender_for(settings)
     deadline = time.monotonic() + SEND_DEADLINE_SECONDS
     rows, search_all = _claim(engine, limit, settings.reconcile_after_failover_hours)
-    result = DispatchResult(claimed=len(rows), more=len(rows) >= limit)
+    result = EmailRound(claimed=len(rows), more=len(rows) >= limit)
     if rows:
         outcomes = _attempt(sender, rows, retries.for_emails(settings), deadline,
                             search_all=search_all)
@@ -196,7 +196,7 @@ def _email(row: ClaimedEmail) -> OutboundEmail:
 
 
 def _record(engine: Engine, settings: Settings, rows: Sequence[ClaimedEmail],
-            outcomes: dict[int, Outcome], result: DispatchResult) -> None:
+            outcomes: dict[int, Outcome], result: EmailRound) -> None:
     """Write every outcome in one transaction (the sent ones in one statement), then count
     and log what changed."""
     sent = [row for row in rows if isinstance(outcomes.get(row.id), Sent)]
@@ -268,7 +268,7 @@ def _mark(conn: Connection, policy: retries.Retries, row: ClaimedEmail,
 
 
 def _report(row: ClaimedEmail, status: str, params: dict[str, Any],
-            result: DispatchResult) -> None:
+            result: EmailRound) -> None:
     log_fields = {**_log_fields(row), "attempts": row.attempts}
     if status == "sent":
         result.sent += 1

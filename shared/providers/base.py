@@ -1,8 +1,11 @@
-"""The interface every provider module implements, and the checks they share.
+"""The record every provider module declares (Provider), the source it verifies for
+(Source), and the checks the signature schemes share.
 
 A provider turns a raw request (body bytes and headers) into a Delivery, or raises
 InvalidSignature / InvalidPayload. It never touches the database: signature verification
-happens before any database access.
+happens before any database access. This package imports nothing of the core but its
+leaves, variables, errors, payloads and terminal (import-linter contracts in
+pyproject.toml keep it so): the core reads the records, never the other way round.
 """
 
 from __future__ import annotations
@@ -13,15 +16,16 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from webhooks.shared import payloads
-from webhooks.shared.errors import InvalidPayload, InvalidSignature
+from webhooks.shared.errors import InvalidPayload, InvalidSignature, WebhooksError
+from webhooks.shared.variables import IPNetwork, Parser, Topic
 
-if TYPE_CHECKING:  # shared.sources reads the providers' records
-    from webhooks.shared.sources import Source
+if TYPE_CHECKING:
+    from webhooks.shared.providers.events_api import EventsAPI
 
 MAX_ID_LENGTH = 255
 
@@ -56,57 +60,151 @@ class SecretFormat(StrEnum):
         return None if decoded else "must be whsec_ followed by base64"
 
 
-class Provider(Protocol):
-    """One provider's record: each module of shared/providers is one, and everything that
-    lists providers (settings, `webhooks dev`, the command's choices, the metrics' labels,
-    the README's table) reads them from webhooks.shared.providers.PROVIDERS."""
+class DedupScope(StrEnum):
+    """Where a provider's event ids are unique, so what one event row is (SPEC, "Sources")."""
+
+    PROVIDER = "provider"  # one logical event is one row whichever source carries it
+    SOURCE = "source"  # senders are unrelated applications whose ids may collide
+
+
+@dataclass(frozen=True)
+class Option:
+    """A setting a provider's sources take, one variable each: a named source's
+    `<PROVIDER>_<NAME>_<SUFFIX>`, and the default source's `<PROVIDER>_<SUFFIX>` where
+    `default_doc` says what it is there (shared/sources.py names and reads them)."""
+
+    key: str  # its key in Source.options
+    suffix: str  # STRIPE_<NAME>_CONNECT's `CONNECT`
+    parse: Parser
+    default: Any
+    doc: str  # the named sources' row in the README
+    shown: str  # the default as the README says it
+    default_doc: str | None = None  # the default source's variable's doc; None: no variable
+    topic: Topic = Topic.DEPLOY  # the README table of the default source's variable
+    default_shown: str | None = None  # its default as that table says it
+
+    def of(self, source: Source) -> Any:
+        """The source's value of this option (its default when the source has none)."""
+        return source.options.get(self.key, self.default)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One endpoint of a provider: a URL with its own secrets, allowlist, credentials (its
+    API key or token) and the options its provider declares (Provider.options)."""
+
+    provider: str
+    name: str  # the provider's name for its default source
+    secrets: tuple[str, ...] = ()
+    allowed_networks: tuple[IPNetwork, ...] = ()  # empty: any address
+    credentials: str | None = None  # the events API's key or token
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @property
-    def name(self) -> str:
-        """The path segment (`/webhooks/<name>`), the `provider` column, the metric label."""
+    def default(self) -> bool:
+        return self.name == self.provider
 
     @property
-    def TITLE(self) -> str:
-        """The provider as people call it (the README's table)."""
+    def label(self) -> str:
+        """`stripe` for the default source, `stripe/connect` for a named one: the path
+        after /webhooks/, and how commands and logs name it."""
+        return label(self.provider, self.name)
+
+
+def label(provider: str, name: str) -> str:
+    """A source's label from its provider and name (a row's provider and source)."""
+    return provider if name in ("", provider) else f"{provider}/{name}"
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    """What the step before a job's handler sees (Provider.before_handler): the claimed job
+    of one of the provider's events, its source (None: no longer configured) and whether a
+    handler of the running apps takes its type."""
+
+    event_id: str
+    event_type: str
+    payload: Any
+    source_name: str
+    source: Source | None
+    livemode: bool | None
+    account: str | None
+    handled: bool
+    api_base: str | None  # the provider's events API (`<PROVIDER>_API_BASE`)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A job done with no effect by its provider's policy: `outcome` is its job's outcome,
+    `why` and `fields` its DEBUG log line."""
+
+    outcome: str
+    why: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+class NotReady(WebhooksError):
+    """The step before a handler could not run (a fetch the provider did not answer): the
+    attempt fails, with this as its error, and the job's backoff is the retry."""
+
+
+Verify = Callable[[bytes, "Headers", Source, int, float], "Delivery"]
+Sign = Callable[[bytes, str, float], dict[str, str]]
+# The payload the handler applies, or the job done with no effect; NotReady: try again.
+BeforeHandler = Callable[[PendingJob], "Any | Refused"]
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One provider, declared once by its module (`RECORD`): everything that lists providers
+    (settings, the sources' variables, `webhooks dev`, the command's choices, the metrics'
+    labels, the README's tables) and everything that differs by provider (verification,
+    dedup, reconciliation, the step before a handler) reads it from
+    webhooks.shared.providers.PROVIDERS; the core never branches on a provider's name."""
+
+    name: str  # the path segment (`/webhooks/<name>`), the `provider` column, metric label
+    title: str  # the provider as people call it (the README's table)
+    secret_variable: str  # the variable of its endpoint secrets, comma-separated
+    secret_format: SecretFormat
+    # The signature scheme: the delivery, or InvalidSignature / InvalidPayload, verified
+    # against the source's own secrets only (`source.secrets`, the first that matches): a
+    # delivery signed for another source of the provider fails. What else of the source a
+    # scheme reads (a Stripe source's kind of events) is the provider's.
+    verify: Verify
+    sign: Sign  # the headers that sign a body with a secret (`webhooks send`, the tests)
+    # Whether the signature covers the event id; when not, a body already recorded is a
+    # duplicate whatever id it comes with (shared/recording.py).
+    signed_event_id: bool
+    headers: str  # the headers a delivery needs, in Markdown (the README's table)
+    event_id: str  # where the event id is read, in Markdown
+    event_type: str  # where the event type is read, in Markdown
+    dedup: DedupScope = DedupScope.PROVIDER
+    # Its sources' credentials for its events API (`<PROVIDER>[_<NAME>]_<SUFFIX>`), and the
+    # other options its sources take.
+    credentials: Option | None = None
+    options: tuple[Option, ...] = ()
+    # Its events API (reconciliation): the default base URL (`<PROVIDER>_API_BASE`), the
+    # client for a source and base, and the options it cannot do without.
+    api_base: str | None = None
+    events_api: Callable[[Source, str], EventsAPI] | None = None
+    events_api_needs: tuple[Option, ...] = ()
+    # The origin an event's payload names (the connected account, livemode), for an event
+    # recorded by reconciliation; a delivery's is its Delivery's.
+    origin: Callable[[dict[str, Any]], tuple[str | None, bool | None]] | None = None
+    # What a source's options make necessary: (the option unset, the error's hint) or None.
+    missing: Callable[[Source], tuple[Option, str] | None] | None = None
+    # The step a job of this provider takes before its handler, in the job's transaction.
+    before_handler: BeforeHandler | None = None
 
     @property
-    def SECRET_VARIABLE(self) -> str:
-        """The variable holding its endpoint secrets, comma-separated."""
+    def reconciles(self) -> bool:
+        """Whether its events can be listed through its API (shared/reconciliation.py)."""
+        return self.events_api is not None
 
     @property
-    def SECRET_FORMAT(self) -> SecretFormat:
-        """How its secrets are written."""
-
-    @property
-    def SIGNED_EVENT_ID(self) -> bool:
-        """Whether the signature covers the event id; when not, a body already recorded is
-        a duplicate whatever id it comes with (shared/recording.py)."""
-
-    @property
-    def RECONCILES(self) -> bool:
-        """Whether its events can be listed through its API (shared/reconciliation)."""
-
-    @property
-    def HEADERS(self) -> str:
-        """The headers a delivery needs, in Markdown (the README's table)."""
-
-    @property
-    def EVENT_ID(self) -> str:
-        """Where the event id is read, in Markdown."""
-
-    @property
-    def EVENT_TYPE(self) -> str:
-        """Where the event type is read, in Markdown."""
-
-    def verify(self, body: bytes, headers: Headers, source: Source, tolerance: int,
-               now: float) -> Delivery:
-        """The delivery, or InvalidSignature / InvalidPayload, verified against the source's
-        own secrets only (`source.secrets`, the first that matches): a delivery signed for
-        another source of the provider fails. The one call of every route; what else of
-        the source a scheme reads (a Stripe source's kind of events) is the provider's."""
-
-    def sign(self, body: bytes, secret: str, now: float) -> dict[str, str]:
-        """The headers that sign `body` with `secret` (`webhooks send`, the tests)."""
+    def all_options(self) -> tuple[Option, ...]:
+        """Its credentials' option, then the others."""
+        return ((self.credentials,) if self.credentials else ()) + self.options
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from webhooks.shared import variables as v
 from webhooks.shared.errors import InvalidSignature
 from webhooks.shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
+    Option,
+    Provider,
     SecretFormat,
+    Source,
     check_timestamp,
     header,
     hex_digest,
@@ -23,17 +27,8 @@ from webhooks.shared.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from webhooks.shared.sources import Source
+    from webhooks.shared.providers.events_api import EventsAPI
 
-name = "paddle"
-TITLE = "Paddle Billing"
-SECRET_VARIABLE = "PADDLE_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
-SECRET_FORMAT = SecretFormat.HEX
-SIGNED_EVENT_ID = True
-RECONCILES = True
-HEADERS = "`Paddle-Signature`"
-EVENT_ID = "body `event_id`"
-EVENT_TYPE = "body `event_type`"
 SIGNATURE = HmacScheme("Paddle-Signature", hex_digest)
 
 
@@ -74,3 +69,26 @@ def _parse(signature: str) -> tuple[str, list[str]]:
     if not (timestamps[0].isascii() and timestamps[0].isdigit()):
         raise InvalidSignature("Paddle-Signature ts is not a number")
     return timestamps[0], signatures
+
+
+# A Paddle source's key for its events API (PADDLE_<NAME>_API_KEY; the default: PADDLE_API_KEY).
+API_KEY = Option("api_key", "API_KEY", v.text, None, "a named Paddle source's API key "
+                 "(`GET /events`)", "unset: not reconciled",
+                 default_doc="Paddle Billing (`GET /events`)", topic=v.Topic.RECONCILIATION)
+
+
+def events_api(source: Source, api_base: str) -> EventsAPI:
+    """`GET /events` with the source's key (shared/providers/paddle_events.py)."""
+    from webhooks.shared.providers import paddle_events
+
+    return paddle_events.PaddleEvents(source.credentials or "", api_base)
+
+
+RECORD = Provider(
+    name="paddle", title="Paddle Billing",
+    secret_variable="PADDLE_WEBHOOK_SECRET",  # noqa: S106 - the name of the variable
+    secret_format=SecretFormat.HEX, verify=verify, sign=sign, signed_event_id=True,
+    headers="`Paddle-Signature`", event_id="body `event_id`", event_type="body `event_type`",
+    credentials=API_KEY, api_base="https://api.paddle.com", events_api=events_api,
+    events_api_needs=(API_KEY,),
+)

@@ -5,21 +5,22 @@ request is read in one family, the `X-` one when its signature header is present
 
 No timestamp is signed, so there is nothing to check for staleness: replays are caught
 by the event id, which Shopify keeps across retries, and a body re-sent under a new id by
-the body under its topic (SIGNED_EVENT_ID, shared/recording.py). One order's body comes as
-`orders/create` and as `orders/paid`: two events.
+the body under its topic (the record's `signed_event_id=False`, shared/recording.py). One
+order's body comes as `orders/create` and as `orders/paid`: two events.
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import TYPE_CHECKING
 
 from webhooks.shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
+    Provider,
     SecretFormat,
+    Source,
     base64_digest,
     header,
     optional_type,
@@ -27,21 +28,6 @@ from webhooks.shared.providers.base import (
     require_id,
 )
 
-if TYPE_CHECKING:
-    from webhooks.shared.sources import Source
-
-name = "shopify"
-TITLE = "Shopify"
-SECRET_VARIABLE = "SHOPIFY_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
-SECRET_FORMAT = SecretFormat.HEX
-RECONCILES = False
-HEADERS = ("`X-Shopify-Hmac-Sha256`, `X-Shopify-Webhook-Id`, `X-Shopify-Topic` "
-           "(or the same without `X-`)")
-EVENT_ID = "header `X-Shopify-Webhook-Id`"
-EVENT_TYPE = "header `X-Shopify-Topic`"
-# The id and topic headers are outside the signature (and no timestamp is signed): a body
-# already recorded is a duplicate (shared/recording.py).
-SIGNED_EVENT_ID = False
 # Compared as base64 text: Shopify sends the canonical padded encoding, and decoding
 # first would only widen what we accept (b64decode skips stray characters).
 SIGNATURE = HmacScheme("X-Shopify-Hmac-Sha256", base64_digest)
@@ -68,3 +54,16 @@ def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
     # for the providers whose event id is inside the body.
     webhook_id = str(uuid.UUID(bytes=hashlib.sha256(body).digest()[:16]))
     return {SIGNATURE.header: SIGNATURE.sign(secret, body), "X-Shopify-Webhook-Id": webhook_id}
+
+
+RECORD = Provider(
+    name="shopify", title="Shopify",
+    secret_variable="SHOPIFY_WEBHOOK_SECRET",  # noqa: S106 - the name of the variable
+    secret_format=SecretFormat.HEX, verify=verify, sign=sign,
+    # The id and topic headers are outside the signature (and no timestamp is signed): a
+    # body already recorded is a duplicate (shared/recording.py).
+    signed_event_id=False,
+    headers="`X-Shopify-Hmac-Sha256`, `X-Shopify-Webhook-Id`, `X-Shopify-Topic` "
+            "(or the same without `X-`)",
+    event_id="header `X-Shopify-Webhook-Id`", event_type="header `X-Shopify-Topic`",
+)

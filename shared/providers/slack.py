@@ -8,14 +8,16 @@ A verified `url_verification` request is answered with its challenge, never reco
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from webhooks.shared.errors import InvalidPayload, InvalidSignature
 from webhooks.shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
+    Provider,
     SecretFormat,
+    Source,
     check_timestamp,
     header,
     hex_digest,
@@ -24,18 +26,6 @@ from webhooks.shared.providers.base import (
     require_id,
 )
 
-if TYPE_CHECKING:
-    from webhooks.shared.sources import Source
-
-name = "slack"
-TITLE = "Slack Events API"
-SECRET_VARIABLE = "SLACK_SIGNING_SECRET"  # noqa: S105 - the name of the variable
-SECRET_FORMAT = SecretFormat.HEX
-SIGNED_EVENT_ID = True
-RECONCILES = False
-HEADERS = "`X-Slack-Signature`, `X-Slack-Request-Timestamp`"
-EVENT_ID = "body `event_id`"
-EVENT_TYPE = "body `event.type`"
 SIGNATURE = HmacScheme("X-Slack-Signature", hex_digest, prefix="v0=")
 
 
@@ -79,3 +69,12 @@ def _challenge(payload: dict[str, Any], index: int) -> Delivery:
         raise InvalidPayload("url_verification without a challenge")
     return Delivery(event_id="", event_type="url_verification", payload=payload,
                     reply={"challenge": challenge}, secret_index=index)
+
+
+RECORD = Provider(
+    name="slack", title="Slack Events API",
+    secret_variable="SLACK_SIGNING_SECRET",  # noqa: S106 - the name of the variable
+    secret_format=SecretFormat.HEX, verify=verify, sign=sign, signed_event_id=True,
+    headers="`X-Slack-Signature`, `X-Slack-Request-Timestamp`", event_id="body `event_id`",
+    event_type="body `event.type`",
+)

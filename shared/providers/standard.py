@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook
 
 from webhooks.shared.errors import InvalidSignature
 from webhooks.shared.providers.base import (
+    DedupScope,
     Delivery,
     Headers,
+    Provider,
     SecretFormat,
+    Source,
     check_timestamp,
     first_match,
     header,
@@ -36,20 +38,6 @@ from webhooks.shared.providers.base import (
     parse_object,
     require_id,
 )
-
-if TYPE_CHECKING:
-    from webhooks.shared.sources import Source
-
-name = "standard"
-TITLE = "Standard Webhooks (Svix, Resend, Clerk)"
-SECRET_VARIABLE = "STANDARD_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
-SECRET_FORMAT = SecretFormat.WHSEC_BASE64
-SIGNED_EVENT_ID = True
-RECONCILES = False
-HEADERS = ("`webhook-id`, `webhook-timestamp`, `webhook-signature` "
-           "(or Svix's `svix-id`, `svix-timestamp`, `svix-signature`)")
-EVENT_ID = "header `webhook-id` (or `svix-id`)"
-EVENT_TYPE = "body `type`"
 
 
 def verify(
@@ -156,3 +144,16 @@ def _webhook(secret: str) -> Webhook | None:
         return Webhook(secret)
     except (ValueError, EmptyWebhookSecretError):
         return None
+
+
+RECORD = Provider(
+    name="standard", title="Standard Webhooks (Svix, Resend, Clerk)",
+    secret_variable="STANDARD_WEBHOOK_SECRET",  # noqa: S106 - the name of the variable
+    secret_format=SecretFormat.WHSEC_BASE64, verify=verify, sign=sign, signed_event_id=True,
+    headers="`webhook-id`, `webhook-timestamp`, `webhook-signature` "
+            "(or Svix's `svix-id`, `svix-timestamp`, `svix-signature`)",
+    event_id="header `webhook-id` (or `svix-id`)", event_type="body `type`",
+    # Senders are unrelated applications (Clerk, Resend through Svix) whose message ids
+    # may collide: an id is unique per source only.
+    dedup=DedupScope.SOURCE,
+)

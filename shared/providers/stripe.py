@@ -11,8 +11,11 @@ its `type`, `created` or `related_object`) is refused here with a 400, before an
 is recorded, as the SDK would refuse it in the job. Whatever the kind, the payload
 recorded is the JSON exactly as sent (shared.payloads), never the library's objects. A
 thin event posted to a snapshot source is Stripe's, signed with that source's secret: it
-is recorded, and its job fetches it with that source's API key (worker/thin_events.py),
-or fails at once, saying so, when the source has none.
+is recorded, and its job fetches it with that source's API key (before_handler,
+shared/providers/stripe_thin.py), or fails at once, saying so, when the source has none.
+
+Before a Stripe job's handler (before_handler): the source's livemode policy, then a thin
+event's fetch. Reconciliation lists `GET /v1/events` (shared/providers/stripe_events.py).
 """
 
 from __future__ import annotations
@@ -23,11 +26,18 @@ import hmac
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from webhooks.shared.errors import InvalidPayload, InvalidSignature
+from webhooks.shared import variables as v
+from webhooks.shared.errors import InvalidPayload, InvalidSignature, PermanentJobError
+from webhooks.shared.providers import stripe_thin
 from webhooks.shared.providers.base import (
     Delivery,
     Headers,
+    Option,
+    PendingJob,
+    Provider,
+    Refused,
     SecretFormat,
+    Source,
     check_timestamp,
     header,
     optional_type,
@@ -38,17 +48,11 @@ from webhooks.shared.providers.base import (
 if TYPE_CHECKING:
     import stripe as stripe_sdk
 
-    from webhooks.shared.sources import Source
+    from webhooks.shared.providers.events_api import EventsAPI
 
-name = "stripe"
-TITLE = "Stripe"
-SECRET_VARIABLE = "STRIPE_WEBHOOK_SECRET"  # noqa: S105 - the name of the variable
-SECRET_FORMAT = SecretFormat.WHSEC
-SIGNED_EVENT_ID = True
-RECONCILES = True
-HEADERS = "`Stripe-Signature`"
-EVENT_ID = "body `id`"
-EVENT_TYPE = "body `type`"
+# How the outcome of a job whose event's livemode its source refused begins (before_handler
+# writes it): done with no effect by design, which the audits of effects leave out.
+LIVEMODE_REFUSED = "no effect: livemode"
 
 
 class EventKind(StrEnum):
@@ -56,6 +60,40 @@ class EventKind(StrEnum):
 
     SNAPSHOT = "snapshot"
     THIN = "thin"
+
+
+class Livemode(StrEnum):
+    """Which of a Stripe source's events take effect (by the event's `livemode`)."""
+
+    ANY = "any"
+    LIVE = "live"
+    TEST = "test"
+
+    def accepts(self, livemode: bool | None) -> bool:
+        """Whether an event of this livemode takes effect: `live` only livemode true,
+        `test` only false (an event that does not say is neither), `any` every event."""
+        if self is Livemode.ANY:
+            return True
+        return livemode is (self is Livemode.LIVE)
+
+
+# The options a Stripe source takes (STRIPE_<NAME>_*; the default source's STRIPE_*).
+API_KEY = Option(
+    "api_key", "API_KEY", v.text, None,
+    "a named Stripe source's API key (`GET /v1/events`; a thin source's fetches)",
+    "unset: not reconciled", default_doc="a key that can read events (`GET /v1/events`, "
+    "through the `stripe` library)", topic=v.Topic.RECONCILIATION,
+    default_shown="unset: no Stripe reconciliation")
+CONNECT = Option("connect", "CONNECT", v.flag, False, "`1`: a Connect endpoint (its events "
+                 "name a connected `account`)", "`0`")
+EVENTS = Option("events", "EVENTS", lambda raw: EventKind(v.choice(*EventKind)(raw)),
+                EventKind.SNAPSHOT, "`snapshot` or `thin` (an event destination; needs "
+                "`STRIPE_<NAME>_API_KEY`)", "`snapshot`")
+LIVEMODE = Option(
+    "livemode", "LIVEMODE", lambda raw: Livemode(v.choice(*Livemode)(raw)), Livemode.ANY,
+    "`any`, `live` or `test`: which events take effect (the default source: "
+    "`STRIPE_LIVEMODE`)", "`any`", default_doc="`any`, `live` or `test`: which of the "
+    "default Stripe source's events take effect")
 
 
 def verify(
@@ -67,12 +105,12 @@ def verify(
     except UnicodeDecodeError:
         raise InvalidSignature("body is not UTF-8") from None
     check_timestamp(_timestamp(signature), tolerance, now)
-    if source.events is EventKind.THIN:
+    if EVENTS.of(source) is EventKind.THIN:
         index = _thin_notification(text, signature, source, tolerance)
     else:
         index = _first_valid(text, signature, source.secrets, tolerance)
     payload = parse_object(body)
-    account, livemode = origin(payload, connect=source.connect)
+    account, livemode = origin(payload, connect=CONNECT.of(source))
     return Delivery(
         event_id=require_id(payload.get("id"), "event id"),
         event_type=optional_type(payload.get("type")),
@@ -87,8 +125,7 @@ def origin(payload: dict[str, Any], *, connect: bool = True) -> tuple[str | None
     """The event's connected account (a snapshot event's `account`, a thin event's
     `context`) and its `livemode`; None for what is absent or not of its type. `connect`
     False (a source that is not Connect, whose events are the platform's): a thin event's
-    `context` is not taken, as its job does not fetch in it (worker/thin_events.py
-    `context_of`)."""
+    `context` is not taken, as its job does not fetch in it (`_context`)."""
     if not connect and payload.get("object") == "v2.core.event":
         payload = {key: value for key, value in payload.items() if key != "context"}
     account = payload.get("account", payload.get("context"))
@@ -134,7 +171,7 @@ def _thin_notification(text: str, signature: str, source: Source, tolerance: int
     fetched."""
     import stripe as stripe_sdk  # only here: a slow import
 
-    client = _thin_parser(source.api_key or "")
+    client = _thin_parser(source.credentials or "")
     for position, secret in enumerate(source.secrets):
         try:
             client.parse_event_notification(text, signature, secret, tolerance)
@@ -157,7 +194,7 @@ def _first_sentence(error: Exception) -> str:
 @functools.lru_cache(maxsize=8)
 def _thin_parser(api_key: str) -> stripe_sdk.StripeClient:
     """One client per API key in a process, for parsing only: it makes no request here
-    (the job fetches, worker/thin_events.py)."""
+    (the job fetches, shared/providers/stripe_thin.py)."""
     import stripe as stripe_sdk
 
     return stripe_sdk.StripeClient(api_key, max_network_retries=0)
@@ -173,3 +210,70 @@ def _valid(text: str, signature: str, secret: str, tolerance: int) -> bool:
     except (ValueError, TypeError, OverflowError):
         return False
     return True
+
+
+def events_api(source: Source, api_base: str) -> EventsAPI:
+    """`GET /v1/events` with the source's key; a thin source's `GET /v2/core/events`; a
+    Connect source's `GET /v1/events` of each connected account (`Stripe-Account`)."""
+    from webhooks.shared.providers import stripe_events  # the stripe library: a slow import
+
+    api_key = source.credentials or ""
+    if EVENTS.of(source) is EventKind.THIN:
+        return stripe_events.thin_events(api_key, api_base)
+    if CONNECT.of(source):
+        return stripe_events.ConnectEvents(api_key, api_base)
+    return stripe_events.StripeEvents(api_key, api_base)
+
+
+def before_handler(job: PendingJob) -> Any | Refused:
+    """A job done with no effect when its event's livemode is one its source does not
+    accept: Stripe sends test-mode events of connected accounts to live Connect endpoints,
+    and such an event must never credit the live ledger. Decided from the row's `livemode`
+    (a thin event's own field, recorded at the ingest), before any fetch or handler; an
+    event of a source no longer configured is not refused. Then a thin event a handler
+    takes is fetched (stripe_thin.fetch bounds the wait; a failure is NotReady); a thin
+    event of a type no handler names has nothing to apply, and needs no fetch (nor key)."""
+    source = job.source
+    policy = LIVEMODE.of(source) if source is not None else Livemode.ANY
+    if source is not None and not policy.accepts(job.livemode):
+        return Refused(f"{LIVEMODE_REFUSED} {str(job.livemode).lower()} refused by source "
+                       f"{source.label} (livemode {policy})",
+                       "event's livemode refused by its source, no effect",
+                       {"source": source.label, "livemode": job.livemode,
+                        "account": job.account})
+    if not stripe_thin.is_thin(job.payload) or not job.handled:
+        return job.payload
+    if source is None or not source.credentials:
+        raise PermanentJobError(f"a thin event of source {job.source_name!r} needs its API "
+                                "key to fetch it")
+    return stripe_thin.fetch(source.credentials, job.api_base or RECORD.api_base or "",
+                             job.payload, _context(source, job.payload))
+
+
+def _context(source: Source, thin: dict[str, Any]) -> str | None:
+    """The connected account to fetch in (sent as Stripe-Context): the thin event's
+    `context` at a Connect source (STRIPE_<NAME>_CONNECT=1); None elsewhere, whatever the
+    event says: a source that is not Connect receives the platform's own events, and the
+    platform's key must not act in an account a payload names (the ingest records no
+    account for it either, `origin`)."""
+    if not CONNECT.of(source):
+        return None
+    context = thin.get("context")
+    return context if isinstance(context, str) and context else None
+
+
+def _missing(source: Source) -> tuple[Option, str] | None:
+    if EVENTS.of(source) is EventKind.THIN and not source.credentials:
+        return API_KEY, f"thin source {source.label} fetches its events"
+    return None
+
+
+RECORD = Provider(
+    name="stripe", title="Stripe",
+    secret_variable="STRIPE_WEBHOOK_SECRET",  # noqa: S106 - the name of the variable
+    secret_format=SecretFormat.WHSEC, verify=verify, sign=sign, signed_event_id=True,
+    headers="`Stripe-Signature`", event_id="body `id`", event_type="body `type`",
+    credentials=API_KEY, options=(CONNECT, EVENTS, LIVEMODE),
+    api_base="https://api.stripe.com", events_api=events_api, events_api_needs=(API_KEY,),
+    origin=origin, missing=_missing, before_handler=before_handler,
+)

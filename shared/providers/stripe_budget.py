@@ -9,9 +9,8 @@ fetches that jobs wait on) with it. So every Stripe client of the process is bui
 `http_client()`, whose requests wait for a token first: REQUESTS_PER_SECOND, with BURST
 saved after an idle moment (one: no second ever sees more than the rate and one). A 429
 that still comes (another process spends the same account's limit) is honoured by the
-caller: its Retry-After, else a backoff
-(shared/reconciliation/stripe.py), never an immediate retry; the library's own retries
-go through the bucket too.
+caller: its Retry-After, else a backoff (shared/providers/stripe_events.py `_get`), never
+an immediate retry; the library's own retries go through the bucket too.
 """
 
 from __future__ import annotations

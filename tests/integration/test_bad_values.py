@@ -18,6 +18,7 @@ from webhooks.console.settings import ConsoleSettings
 from webhooks.shared import variables
 from webhooks.shared.providers import PROVIDERS
 from webhooks.shared.settings import Settings
+from webhooks.shared.sources import DefaultOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = ("web", "worker", "clock", "console", "migrate")
@@ -91,8 +92,10 @@ SOURCE_BAD_VALUES: dict[str, tuple[str, dict[str, str]]] = {
 ANY_TEXT = {declared.name for declared in variables.declarations(Settings, ConsoleSettings)
             if isinstance(declared, variables.Variable)
             and declared.parse in (variables.text, variables.path)}
-ANY_TEXT |= {record.SECRET_VARIABLE for record in PROVIDERS.values()
-             if record.SECRET_FORMAT.problem("not base64!") is None}
+ANY_TEXT |= {variable.name for _, _, variable in DefaultOptions().variables()
+             if variable.parse is variables.text}
+ANY_TEXT |= {record.secret_variable for record in PROVIDERS.values()
+             if record.secret_format.problem("not base64!") is None}
 CONSOLE_ONLY = {declared.name for declared in variables.declarations(ConsoleSettings)}
 
 

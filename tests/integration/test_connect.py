@@ -29,7 +29,7 @@ from webhooks.clock import schedule
 from webhooks.ingest.app import create_app
 from webhooks.shared import audit, db, handlers, reconciliation
 from webhooks.shared.providers import stripe_budget
-from webhooks.shared.reconciliation import stripe as stripe_reconciliation
+from webhooks.shared.providers import stripe_events as stripe_reconciliation
 from webhooks.shared.settings import Settings
 from webhooks.worker import jobs
 

@@ -110,7 +110,7 @@ def ingest(settings: Settings, clean_db: Engine) -> Iterator[Engine]:
     engine.dispose()
 
 
-def record(engine: Engine, event: dict[str, Any]) -> recording.Recorded:
+def record(engine: Engine, event: dict[str, Any]) -> recording.RecordingResult:
     """Through the ingest's own statement (shared.recording), as a delivery is recorded."""
     return recording.record_event(engine, "stripe", event["id"], event["type"],
                                   json.dumps(event).encode())

@@ -121,8 +121,8 @@ def test_the_clock_reconciles_the_window_before_a_failover_once(  # type: ignore
         clean_db, settings, broker) -> None:
     with FakeProviderApis() as fake:
         within = stripe_window(fake, timedelta(minutes=1))
-        api = dataclasses.replace(settings, stripe_api_key=STRIPE_KEY, stripe_api_base=fake.url,
-                                  reconcile_interval_seconds=0.0)
+        api = dataclasses.replace(settings, default_options={"stripe": {"api_key": STRIPE_KEY}},
+                                  api_bases={"stripe": fake.url}, reconcile_interval_seconds=0.0)
         engine = db.create_engine(api, pool_size=1, autocommit=True)
         try:
             # Nothing recorded: no failover, no run.
@@ -148,7 +148,8 @@ def test_the_clock_reconciles_the_window_before_a_failover_once(  # type: ignore
 def test_no_reconciliation_after_the_window(clean_db, settings, broker) -> None:  # type: ignore[no-untyped-def]
     with FakeProviderApis() as fake:
         stripe_window(fake, timedelta(hours=HOURS + 1))
-        api = dataclasses.replace(settings, stripe_api_key=STRIPE_KEY, stripe_api_base=fake.url)
+        api = dataclasses.replace(settings, default_options={"stripe": {"api_key": STRIPE_KEY}},
+                                  api_bases={"stripe": fake.url})
         stage_failover(clean_db, ago=timedelta(hours=HOURS + 1))
         engine = db.create_engine(api, pool_size=1, autocommit=True)
         try:

@@ -56,7 +56,7 @@ def drain(engine: Engine, settings: Settings, rounds: int = 20) -> None:
             return
 
 
-def record(engine: Engine, settings: Settings, *items: Occurrence) -> notifications.Recorded:
+def record(engine: Engine, settings: Settings, *items: Occurrence) -> notifications.Queued:
     with db.transaction(engine) as conn:
         return notifications.record(conn, settings, items)
 
@@ -130,7 +130,7 @@ def test_a_sealed_tail_is_not_added_to(clean_db, notify_settings) -> None:
 
 def test_two_connections_recording_one_key_make_one_immediate(clean_db, notify_settings) -> None:
     started = threading.Barrier(2)
-    results: list[notifications.Recorded] = []
+    results: list[notifications.Queued] = []
 
     def recorder() -> None:
         with db.transaction(clean_db) as conn:

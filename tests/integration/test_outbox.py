@@ -255,7 +255,7 @@ def test_a_dispatcher_whose_lease_ran_out_cannot_touch_the_row(
     current, _ = outbox._claim(clean_db, 10, 72)  # another takes over, still in flight
     assert [row.attempts for row in current] == [2]
 
-    late = outbox.DispatchResult()
+    late = outbox.EmailRound()
     outbox._record(clean_db, mail_settings, [stale], {stale.id: EmailOutcomeUnknown("5xx")}, late)
     outbox._record(clean_db, mail_settings, [stale], {stale.id: Sent("late")}, late)
 

@@ -27,9 +27,10 @@ from tests.fakes import provider_events
 from tests.fakes.provider_apis import STRIPE_KEY, FakeProviderApis
 from webhooks.ingest.app import create_app
 from webhooks.shared import audit, db, handlers, reconciliation
-from webhooks.shared.reconciliation import stripe as stripe_reconciliation
+from webhooks.shared.providers import stripe_events as stripe_reconciliation
+from webhooks.shared.providers import stripe_thin as thin_events
 from webhooks.shared.settings import Settings
-from webhooks.worker import jobs, thin_events
+from webhooks.worker import jobs
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -172,7 +173,7 @@ def connect_settings(thin_settings: Settings) -> Settings:
     env = {"DATABASE_URL": thin_settings.database_url or "",
            "BROKER_URL": thin_settings.broker_url or "", "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET,
            "JOB_RETRY_BASE_SECONDS": "0", "JOB_MAX_ATTEMPTS": "5", "STRIPE_API_KEY": STRIPE_KEY,
-           "STRIPE_API_BASE": thin_settings.stripe_api_base, "STRIPE_SOURCES": "conn",
+           "STRIPE_API_BASE": thin_settings.api_base("stripe") or "", "STRIPE_SOURCES": "conn",
            "STRIPE_CONN_WEBHOOK_SECRET": CONN_SECRET, "STRIPE_CONN_EVENTS": "thin",
            "STRIPE_CONN_CONNECT": "1", "STRIPE_CONN_API_KEY": STRIPE_KEY}
     return Settings.from_env(env)

@@ -9,11 +9,10 @@ import pytest
 from webhooks import readme
 from webhooks.cli import source_of
 from webhooks.console.settings import ConsoleSettings
-from webhooks.shared import variables
+from webhooks.shared import models, variables
 from webhooks.shared.errors import ConfigError
-from webhooks.shared.providers import PROVIDERS, RECONCILED
-from webhooks.shared.providers.base import SecretFormat
-from webhooks.shared.reconciliation import PROVIDERS as RECONCILED_BY_CLOCK
+from webhooks.shared.providers import PROVIDERS, reconciled
+from webhooks.shared.providers.base import DedupScope, SecretFormat
 from webhooks.shared.settings import Settings
 
 
@@ -35,11 +34,11 @@ def test_unset_variables_are_the_declared_defaults() -> None:
 
 def test_every_variable_has_a_doc_and_a_section() -> None:
     for declared in variables.declarations(Settings, ConsoleSettings):
-        assert declared.doc and declared.section in set(variables.Section)
+        assert declared.doc and declared.topic in set(variables.Topic)
 
 
 def test_the_secret_variables_are_the_providers() -> None:
-    env = {record.SECRET_VARIABLE: "whsec_c2VjcmV0" for record in PROVIDERS.values()}
+    env = {record.secret_variable: "whsec_c2VjcmV0" for record in PROVIDERS.values()}
     assert set(Settings.from_env(env).secrets) == set(PROVIDERS)
     env = {f"{name.upper()}_ALLOWED_IPS": "10.0.0.1" for name in PROVIDERS}
     assert set(Settings.from_env(env).allowed_networks) == set(PROVIDERS)
@@ -74,10 +73,9 @@ def test_the_commands_choose_among_the_registrys_providers_and_sources() -> None
 
 
 def test_reconcile_chooses_among_the_providers_with_an_events_api() -> None:
-    # PROVIDER or PROVIDER/SOURCE, read by source_of; a provider outside RECONCILED is bad
-    # usage (tests/integration/test_connect.py::test_the_reconcile_command_takes_a_source).
-    assert RECONCILED == RECONCILED_BY_CLOCK
-    assert set(RECONCILED) == {"stripe", "paddle", "github"}
+    # PROVIDER or PROVIDER/SOURCE, read by source_of; a provider without an events API is
+    # bad usage (tests/integration/test_connect.py::test_the_reconcile_command_takes_a_source).
+    assert set(reconciled()) == {"stripe", "paddle", "github"}
 
 
 def test_the_handler_modules_are_found_without_being_imported() -> None:
@@ -87,3 +85,15 @@ def test_the_handler_modules_are_found_without_being_imported() -> None:
                     "not-a-name"):
         with pytest.raises(ValueError, match="no module named"):
             variables.modules(missing)
+
+
+def test_the_dedup_index_leaves_out_exactly_the_providers_whose_ids_are_per_source() -> None:
+    """The one provider name the schema holds: the partial unique index on (provider,
+    event_id) leaves out the providers whose records scope dedup to a source. A record
+    that changes its scope needs a migration of that index (CONTRIBUTING.md)."""
+    index = next(index for index in models.webhook_events.indexes
+                 if index.name == "ux_webhook_events_provider_event_id")
+    where = str(index.dialect_options["postgresql"]["where"])
+    scoped = sorted(name for name, record in PROVIDERS.items()
+                    if record.dedup is DedupScope.SOURCE)
+    assert where == " AND ".join(f"provider <> '{name}'" for name in scoped)

@@ -26,6 +26,7 @@ from werkzeug.datastructures import Headers
 
 from webhooks.shared.errors import InvalidPayload, InvalidSignature
 from webhooks.shared.providers import PROVIDERS, github, paddle, shopify, slack, standard, stripe
+from webhooks.shared.providers.stripe import EventKind
 from webhooks.shared.sources import Source
 
 NOW = int(time.time())
@@ -83,7 +84,7 @@ class Scheme:
 
     @property
     def name(self) -> str:
-        return self.module.name
+        return self.module.RECORD.name
 
 
 def _stripe_headers(body: bytes, digests: list[bytes], ts: int) -> Headers:
@@ -333,7 +334,7 @@ def _assert_delivered(scheme: Scheme, body: bytes, headers: Headers, secrets=Non
 def test_every_provider_is_registered() -> None:
     assert set(PROVIDERS) == {"stripe", "paddle", "shopify", "github", "slack", "standard"}
     for scheme in SCHEMES:
-        assert PROVIDERS[scheme.name] is scheme.module
+        assert PROVIDERS[scheme.name] is scheme.module.RECORD
 
 
 @pytest.mark.parametrize("scheme", SCHEMES, ids=_ids(SCHEMES))
@@ -639,7 +640,8 @@ def test_slack_and_paddle_timestamps_are_plain_digits_even_when_signed(spelling:
     paddle_headers = Headers({"Paddle-Signature": f"ts={ts};h1={paddle_digest}"})
     for module, headers in ((slack, slack_headers), (paddle, paddle_headers)):
         with pytest.raises(InvalidSignature):
-            module.verify(body, headers, Source(module.name, module.name, ("k",)), TOLERANCE, NOW)
+            module.verify(body, headers, Source(module.RECORD.name, module.RECORD.name, ("k",)),
+                          TOLERANCE, NOW)
 
 
 # Round trip: the project's sign() produces what its verify() accepts (used by
@@ -683,9 +685,9 @@ THIN_KEY = "whsec_thin_destination"
 
 
 def _thin_source() -> Source:
-    from webhooks.shared.sources import EventKind
 
-    return Source("stripe", "thin", (THIN_KEY,), api_key="sk_test_thin", events=EventKind.THIN)
+    return Source("stripe", "thin", (THIN_KEY,), credentials="sk_test_thin",
+                  options={"events": EventKind.THIN})
 
 
 @pytest.mark.parametrize("body", [
@@ -715,14 +717,16 @@ def test_a_thin_source_verifies_under_each_secret_and_keeps_the_body_as_sent() -
             b'"related_object": {"id": "in_1", "type": "invoice", "url": "/v1/invoices/in_1"}, '
             b'"amount_decimal": "12.50"}')
     headers = {"Stripe-Signature": f"t={NOW},v1={_hmac(THIN_KEY, f'{NOW}.'.encode() + body).hex()}"}
-    rotated = replace(_thin_source(), secrets=("whsec_newer", THIN_KEY), connect=True)
+    rotated = replace(_thin_source(), secrets=("whsec_newer", THIN_KEY),
+                      options={"events": EventKind.THIN, "connect": True})
     delivery = stripe.verify(body, headers, rotated, TOLERANCE, NOW)
     assert (delivery.event_id, delivery.event_type, delivery.secret_index) == (
         "evt_thin", "v1.invoice.paid", 1)
     assert (delivery.account, delivery.livemode) == ("acct_1", True)
     assert delivery.payload == json.loads(body)
     # At a source that is not Connect, the context is no account (the payload is kept).
-    platform = stripe.verify(body, headers, replace(rotated, connect=False), TOLERANCE, NOW)
+    platform_source = replace(rotated, options={"events": EventKind.THIN})
+    platform = stripe.verify(body, headers, platform_source, TOLERANCE, NOW)
     assert (platform.account, platform.payload) == (None, json.loads(body))
     with pytest.raises(InvalidSignature):
         stripe.verify(body, headers, replace(rotated, secrets=("whsec_other",)), TOLERANCE, NOW)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import base64
 import json
 import time
-from types import ModuleType
 
 import pytest
 
 from webhooks.shared.errors import InvalidSignature
 from webhooks.shared.providers import PROVIDERS, paddle, standard, stripe
+from webhooks.shared.providers.base import Provider
 from webhooks.shared.sources import Source
 
 TOLERANCE = 300
@@ -34,7 +34,7 @@ def _secret(provider: str, name: str) -> str:
 NEW, OLD, OTHER = "new", "old", "other"
 
 
-def _verify(module: ModuleType, configured: tuple[str, ...], signed_with: str) -> int:
+def _verify(module: Provider, configured: tuple[str, ...], signed_with: str) -> int:
     body = json.dumps(BODIES[module.name]).encode()
     now = time.time()
     headers = module.sign(body, _secret(module.name, signed_with), now)
@@ -66,23 +66,24 @@ def test_slack_url_verification_carries_the_position() -> None:
     assert delivery.reply == {"challenge": "c"} and delivery.secret_index == 1
 
 
-def _signed_by_both(module: ModuleType, body: bytes, now: float) -> dict[str, str]:
+def _signed_by_both(module: Provider, body: bytes, now: float) -> dict[str, str]:
     """One request carrying a signature under each of two secrets, in the order OLD, NEW
     (what the provider sends while its own rotation overlaps)."""
     old = module.sign(body, _secret(module.name, OLD), now)
     new = module.sign(body, _secret(module.name, NEW), now)
-    if module is stripe:
+    if module is stripe.RECORD:
         return {"Stripe-Signature": old["Stripe-Signature"] + ","
                 + new["Stripe-Signature"].split(",", 1)[1]}
-    if module is paddle:
+    if module is paddle.RECORD:
         return {"Paddle-Signature": old["Paddle-Signature"] + ";"
                 + new["Paddle-Signature"].split(";", 1)[1]}
     return {**new, "webhook-signature": old["webhook-signature"] + " "
             + new["webhook-signature"]}
 
 
-@pytest.mark.parametrize("module", [stripe, paddle, standard], ids=lambda m: m.name)
-def test_several_signatures_count_the_first_configured_secret(module: ModuleType) -> None:
+@pytest.mark.parametrize("module", [stripe.RECORD, paddle.RECORD, standard.RECORD],
+                         ids=lambda m: m.name)
+def test_several_signatures_count_the_first_configured_secret(module: Provider) -> None:
     body = json.dumps(BODIES[module.name]).encode()
     now = time.time()
     headers = _signed_by_both(module, body, now)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from webhooks.shared.errors import ConfigError, MissingVariable
-from webhooks.shared.providers import PROVIDERS
+from webhooks.shared.providers import PROVIDERS, github
+from webhooks.shared.providers.stripe import CONNECT, EVENTS, LIVEMODE, EventKind, Livemode
 from webhooks.shared.settings import Settings
-from webhooks.shared.sources import EventKind, Livemode, secret_variable
+from webhooks.shared.sources import secret_variable
 
 
 def test_the_default_source_is_the_providers_own_variables() -> None:
@@ -15,7 +16,7 @@ def test_the_default_source_is_the_providers_own_variables() -> None:
                                   "STRIPE_LIVEMODE": "live", "GITHUB_WEBHOOK_SECRET": "g"})
     stripe = settings.sources.get("stripe")
     assert stripe is not None and stripe.label == "stripe" and stripe.default
-    assert (stripe.secrets, stripe.api_key, stripe.livemode) == (("whsec_a",), "sk_1",
+    assert (stripe.secrets, stripe.credentials, LIVEMODE.of(stripe)) == (("whsec_a",), "sk_1",
                                                                  Livemode.LIVE)
     assert [source.label for source in settings.sources] == ["stripe", "github"]
 
@@ -30,14 +31,15 @@ def test_named_sources_take_their_variables() -> None:
         "GITHUB_SOURCES": "org", "GITHUB_ORG_WEBHOOK_SECRET": "g", "GITHUB_ORG_TOKEN": "t",
         "GITHUB_ORG_HOOKS": "orgs/acme/hooks/1"})
     connect, thin = settings.sources.of("stripe")
-    assert connect.label == "stripe/connect" and connect.connect and not connect.default
+    assert connect.label == "stripe/connect" and CONNECT.of(connect) and not connect.default
     assert [str(n) for n in connect.allowed_networks] == ["10.0.0.0/8"]
-    assert (thin.events, thin.api_key, thin.livemode) == (EventKind.THIN, "sk_thin",
+    assert (EVENTS.of(thin), thin.credentials, LIVEMODE.of(thin)) == (EventKind.THIN, "sk_thin",
                                                           Livemode.TEST)
     ops = settings.sources.get("slack", "ops")
     assert ops is not None and ops.secrets == ("s",)
     org = settings.sources.get("github", "org")
-    assert org is not None and (org.api_key, org.hooks) == ("t", ("orgs/acme/hooks/1",))
+    assert org is not None
+    assert (org.credentials, github.HOOKS.of(org)) == ("t", ("orgs/acme/hooks/1",))
     assert settings.sources.get("stripe") is None  # no STRIPE_WEBHOOK_SECRET
 
 

@@ -3,7 +3,7 @@
 - sweep, every SWEEP_INTERVAL_SECONDS (webhooks/clock/sweep.py);
 - reconcile, every RECONCILE_INTERVAL_SECONDS, each source with API credentials (each
   with its own), from its last successful run (less a margin) or 72 hours back
-  (shared/reconciliation);
+  (shared/reconciliation.py);
 - after a failover, every SWEEP_INTERVAL_SECONDS whatever RECONCILE_INTERVAL_SECONDS says:
   each source with credentials not yet reconciled over RECONCILE_AFTER_FAILOVER_HOURS
   before the latest failover the sweep recorded (shared/failover.py);

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from webhooks.shared import variables as v
 from webhooks.shared.errors import ConfigError, MissingVariable, UnusableVariable
 from webhooks.shared.settings import LOOPBACK, Settings
-from webhooks.shared.variables import Section, setting
+from webhooks.shared.variables import Topic, setting
 
 MIN_PASSWORD_LENGTH = 12  # the console faces the network with Basic auth
-C = Section.CONSOLE
+C = Topic.CONSOLE
 
 
 def _user(raw: str) -> str:

@@ -94,8 +94,8 @@ class InvalidEvent(WebhooksError):
 def credit_invoice(ctx: JobContext) -> str:
     """Credit amount_paid once per invoice (both event types arrive for one payment, and a
     thin `v1.invoice.paid` of an event destination carries the same invoice: its job
-    fetched the invoice, worker/thin_events.py). One entry key and one email key per
-    invoice, whichever event carries it."""
+    fetched the invoice, shared/providers/stripe_thin.py). One entry key and one email key
+    per invoice, whichever event carries it."""
     invoice = _object(ctx)
     invoice_id = _text(invoice, "id")
     customer, currency = _text(invoice, "customer"), _text(invoice, "currency").lower()
@@ -214,9 +214,9 @@ def _amount(obj: dict[str, Any], key: str, default: int | None = None) -> int:
 def apply_ungenerated_event(ctx: JobContext) -> str:
     """Stripe could not create an event at all, so no delivery, list or retry will ever
     carry it: its job fetched the object the failure's data.impact names
-    (worker/thin_events.py), and the handler of the event Stripe failed to create applies
-    that object's current state, through the same business keys (a paid invoice is
-    credited once, whether or not its own event arrives later)."""
+    (shared/providers/stripe_thin.py), and the handler of the event Stripe failed to
+    create applies that object's current state, through the same business keys (a paid
+    invoice is credited once, whether or not its own event arrives later)."""
     impact = ctx.payload.get("impact") or {}
     event_type = str(impact.get("event_type") or "")
     apply = UNGENERATED.get(event_type)

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 from webhooks import Column, Event, Finding, LockKey, Section, audit_check, effects, lock_key
 from webhooks.ledger.tables import ledger_entries, subscriptions
 from webhooks.shared.models import JobStatus
-from webhooks.shared.sources import LIVEMODE_REFUSED
+from webhooks.shared.providers.stripe import LIVEMODE_REFUSED
 
 PROVIDER = "stripe"
 

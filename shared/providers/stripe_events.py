@@ -31,7 +31,7 @@ from typing import Any
 import stripe as stripe_sdk
 
 from webhooks.shared.providers import stripe_budget
-from webhooks.shared.reconciliation import Fetched, Listing, ReconcileFailed
+from webhooks.shared.providers.events_api import Fetched, Listing, ReconcileFailed
 
 PAGE = 100
 NETWORK_RETRIES = 3
@@ -179,8 +179,8 @@ class StripeThinEvents:
     """A thin source (an event destination): `GET /v2/core/events` through the library,
     `created[gte]` the window's start, paged by the v2 API's `next_page_url` (which carries
     its own query). Each listed event is recorded as a delivery of it would be (its thin
-    JSON as served; the job fetches the rest, worker/thin_events.py). A page link to
-    another host is refused: the key goes to the API base only."""
+    JSON as served; the job fetches the rest, shared/providers/stripe_thin.py). A page
+    link to another host is refused: the key goes to the API base only."""
 
     def __init__(self, api_key: str, api_base: str) -> None:
         self._client = _client(api_key, api_base)
@@ -206,7 +206,7 @@ class StripeThinEvents:
 
 
 def thin_events(api_key: str, api_base: str) -> StripeThinEvents:
-    """The reconciliation source of a thin Stripe source, with that source's API key."""
+    """The events API (EventsAPI) of a thin Stripe source, with that source's API key."""
     return StripeThinEvents(api_key, api_base)
 
 

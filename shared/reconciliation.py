@@ -3,11 +3,12 @@ delivered, through the same operation as a delivery (shared.recording.record_eve
 transaction, ON CONFLICT dedup, a wake-up after commit). A delivery and a reconciliation
 of one event, in either order or at the same moment, make one event row and one job.
 
-Each provider module (stripe, paddle, github) lists its events since a time, a page of
-Listings at a time, and fetches a listed event's payload (GitHub needs a second request
-per delivery; Stripe and Paddle list whole events). Each page is recorded before the next
-is asked for, so an API error (4xx, 5xx, timeout) that ends the run with ReconcileFailed
-keeps every page before it, and a run that keeps failing late still moves forward. Pages
+Each provider whose record has an events API (shared/providers: Stripe, Paddle, GitHub)
+lists its events since a time, a page of Listings at a time, and fetches a listed event's
+payload (GitHub needs a second request per delivery; Stripe and Paddle list whole events).
+Each page is recorded before the next is asked for, so an API error (4xx, 5xx, timeout)
+that ends the run with ReconcileFailed keeps every page before it, and a run that keeps
+failing late still moves forward. Pages
 come oldest first where the API can page that way (Stripe forward in time from the
 window's start, Paddle in ascending id order); GitHub lists newest first only. Within a
 page, events are recorded oldest first. The payload recorded is the JSON the API served:
@@ -21,67 +22,33 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy.engine import Engine
 
 from webhooks.shared import db, notifications, providers, queries, sources, wakeups
-from webhooks.shared.errors import InvalidPayload, MissingVariable, WebhooksError
+from webhooks.shared.errors import InvalidPayload, MissingVariable
 from webhooks.shared.models import ReceivedVia
-from webhooks.shared.providers import stripe as stripe_provider
+from webhooks.shared.providers.events_api import (
+    EventsAPI,
+    Fetched,
+    Listing,
+    PerAccount,
+    ReconcileFailed,
+)
 from webhooks.shared.recording import Origin, record_event
 from webhooks.shared.settings import Settings
 from webhooks.shared.terminal import visible
 
 log = logging.getLogger(__name__)
 
-PROVIDERS = providers.RECONCILED
+__all__ = ["EventsAPI", "Fetched", "Listing", "ReconcileFailed", "Result", "reconcile"]
+
 DEFAULT_LOOKBACK = timedelta(hours=72)  # Stripe retries for 3 days
 # The clock's runs overlap by this much: an event created just before a run's start but
 # listed by the API only later is still in the next run's window.
 MARGIN = timedelta(minutes=15)
 CHECK_BATCH = 500  # event ids looked up in the database per statement
 FAILING_RUNS = 3  # failed runs in a row of a source that make a reconcile.failing
-
-
-class ReconcileFailed(WebhooksError):
-    """The provider's API failed (4xx, 5xx, timeout) or answered something unreadable."""
-
-
-@dataclass(frozen=True)
-class Listing:
-    """One event as the provider's list shows it."""
-
-    event_id: str
-    created: datetime
-    event_type: str | None = None  # known from the list (Stripe, Paddle), or at fetch
-    payload: bytes | None = None  # the event's JSON, when the list carries it
-    ref: str = ""  # what fetch() needs (GitHub: the delivery's API path)
-    account: str | None = None  # Stripe: the connected account it was listed for
-
-
-@dataclass(frozen=True)
-class Fetched:
-    event_type: str
-    payload: bytes
-
-
-class Source(Protocol):
-    """A provider's event API."""
-
-    def pages(self, since: datetime) -> Iterable[list[Listing]]:
-        """The events created since `since`, a page (one API answer) at a time."""
-        ...
-
-    def fetch(self, listing: Listing) -> Fetched: ...
-
-
-@runtime_checkable
-class PerAccount(Protocol):
-    """A Connect source's API: it lists each connected account's events, for the accounts
-    the API lists and those the source's recorded events name (given before pages())."""
-
-    def add_accounts(self, accounts: Iterable[str]) -> None: ...
 
 
 @dataclass
@@ -105,8 +72,8 @@ class Result:
         return f"listed {self.listed}, already recorded {self.already}, recorded {self.recorded}"
 
 
-def source_for(settings: Settings, provider: str, name: str | None = None) -> Source:
-    """The API client of the provider's source `name` (None: its default source), with
+def source_for(settings: Settings, provider: str, name: str | None = None) -> EventsAPI:
+    """The events API of the provider's source `name` (None: its default source), with
     that source's own credentials; MissingVariable without them, ValueError for a source
     that is not configured."""
     registered = registered_source(settings, provider, name)
@@ -125,51 +92,25 @@ def registered_source(settings: Settings, provider: str,
     return found
 
 
-def api_for(settings: Settings, source: sources.Source) -> Source:
-    """A source's API client, with the source's own credentials (its API key, token,
-    hooks); MissingVariable without them, naming the source's variable."""
-    if source.provider == "stripe":
-        return _stripe_api(settings, source)
-    if source.provider == "paddle":
-        from webhooks.shared.reconciliation import paddle
-
-        return paddle.PaddleEvents(_required(source, source.api_key, "API_KEY"),
-                                   settings.paddle_api_base)
-    if source.provider == "github":
-        from webhooks.shared.reconciliation import github
-
-        token = _required(source, source.api_key, "TOKEN")
-        return github.GitHubDeliveries(token, settings.github_api_base,
-                                       _required(source, source.hooks, "HOOKS"))
-    raise ValueError(f"no reconciliation for {source.provider!r}")
-
-
-def _stripe_api(settings: Settings, source: sources.Source) -> Source:
-    """`GET /v1/events` with the source's key; a thin source's `GET /v2/core/events`; a
-    Connect source's `GET /v1/events` of each connected account (`Stripe-Account`)."""
-    from webhooks.shared.reconciliation import stripe
-
-    api_key = _required(source, source.api_key, "API_KEY")
-    if source.events is sources.EventKind.THIN:
-        return stripe.thin_events(api_key, settings.stripe_api_base)
-    if source.connect:
-        return stripe.ConnectEvents(api_key, settings.stripe_api_base)
-    return stripe.StripeEvents(api_key, settings.stripe_api_base)
-
-
-def _required(source: sources.Source, value: Any, suffix: str) -> Any:
-    """The credential, or MissingVariable naming the source's variable for it."""
-    if not value:
-        name = (f"{source.provider.upper()}_{suffix}" if source.default
-                else sources.variable_name(source.provider, source.name, suffix))
-        raise MissingVariable(name, f"reconciliation of {source.label} needs it")
-    return value
+def api_for(settings: Settings, source: sources.Source) -> EventsAPI:
+    """A source's events API client, with the source's own credentials (its API key or
+    token, and what else its provider's API needs); MissingVariable without them, naming
+    the source's variable."""
+    record = providers.get(source.provider)
+    if record is None or record.events_api is None:
+        raise ValueError(f"no reconciliation for {source.provider!r}")
+    for option in record.events_api_needs:
+        value = source.credentials if option is record.credentials else option.of(source)
+        if not value:
+            raise MissingVariable(sources.option_variable(source, option),
+                                  f"reconciliation of {source.label} needs it")
+    return record.events_api(source, settings.api_base(source.provider) or "")
 
 
 def configured(settings: Settings) -> list[sources.Source]:
     """The sources whose API credentials are set, each reconciled with its own."""
     found = []
-    for provider in PROVIDERS:
+    for provider in providers.reconciled():
         candidates = settings.sources.of(provider)
         if settings.sources.get(provider) is None:
             candidates.insert(0, settings.default_source(provider))
@@ -182,7 +123,7 @@ def configured(settings: Settings) -> list[sources.Source]:
     return found
 
 
-def reconcile(engine: Engine, source: Source, provider: str, since: datetime, *,
+def reconcile(engine: Engine, source: EventsAPI, provider: str, since: datetime, *,
               dry_run: bool = False, wake: Callable[[list[int]], object] | None = None,
               source_name: str | None = None) -> Result:
     """List the provider's events since `since` and record each one not yet recorded, page
@@ -243,17 +184,19 @@ def _recorded_accounts(engine: Engine, provider: str, source: str) -> list[str]:
 
 def _origin(provider: str, source: str, listing: Listing, payload: bytes) -> Origin:
     """What the event's row records of its origin: the source whose credentials listed it,
-    and for Stripe the event's account (or the account it was listed for) and livemode."""
-    if provider != stripe_provider.name:
+    and what the provider reads of an origin in a payload (its record's `origin`: Stripe's
+    account, or the account it was listed for, and livemode)."""
+    record = providers.get(provider)
+    if record is None or record.origin is None:
         return Origin(source=source)
     try:
-        account, livemode = stripe_provider.origin(json.loads(payload))
+        account, livemode = record.origin(json.loads(payload))
     except (ValueError, AttributeError):
         account, livemode = None, None
     return Origin(source=source, account=account or listing.account, livemode=livemode)
 
 
-def _record(engine: Engine, source: Source, missing: list[Listing], result: Result,
+def _record(engine: Engine, source: EventsAPI, missing: list[Listing], result: Result,
             wake: Callable[[list[int]], object] | None) -> None:
     provider = result.provider
     new_jobs: list[int] = []
@@ -323,7 +266,7 @@ def since_for_clock(engine: Engine, provider: str, source: str | None = None) ->
 
 
 def record_run(engine: Engine, result: Result,
-               settings: Settings | None = None) -> notifications.Recorded:
+               settings: Settings | None = None) -> notifications.Queued:
     """Store the run's outcome; a success moves the next run's start. With settings, in
     the same transaction: `reconcile.found` for a run that recorded events (how many), and
     `reconcile.failing` for the third failed run in a row of the source (once a streak)."""
@@ -333,15 +276,15 @@ def record_run(engine: Engine, result: Result,
             "listed": result.listed, "recorded": result.recorded}).scalar()
         found = [] if settings is None else _run_notifications(result, in_a_row or 0)
         return notifications.record(conn, settings, found) if settings and found else (
-            notifications.Recorded())
+            notifications.Queued())
 
 
-def record_found(engine: Engine, result: Result, settings: Settings) -> notifications.Recorded:
+def record_found(engine: Engine, result: Result, settings: Settings) -> notifications.Queued:
     """For a run of `webhooks reconcile`, which records no run (its --since is the
     operator's, and must not move the clock's next start): its `reconcile.found`, when it
     recorded events, in a transaction of its own after theirs."""
     if not result.recorded:
-        return notifications.Recorded()
+        return notifications.Queued()
     with db.transaction(engine) as conn:
         return notifications.record(conn, settings, _run_notifications(result, 0))
 

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from webhooks.shared.reconciliation import Fetched, Listing, ReconcileFailed, http
+from webhooks.shared.providers import http
+from webhooks.shared.providers.events_api import Fetched, Listing, ReconcileFailed
 
 PAGE = 200
 

@@ -1,4 +1,5 @@
-"""Stripe thin events: fetch what a thin event announces before its handler runs.
+"""Stripe thin events: fetch what a thin event announces before its handler runs (the
+Stripe record's before_handler, shared/providers/stripe.py, calls fetch).
 
 A thin event (`"object": "v2.core.event"`, from an event destination) carries only the
 event's id, type, `context` (the connected account, or none) and a reference to its
@@ -13,7 +14,7 @@ fails, its error goes to the job's last_error, and the job's backoff is the retr
 
 Where the fetch runs: inside the job's transaction, after the claim. The batch claims its
 jobs, and with them their row locks, in the transaction that commits their effects
-(worker/jobs.py), so no fetch can come before the claim without a second claim or a lease.
+(webhooks.worker.jobs), so no fetch can come before the claim without a second claim or a lease.
 The transaction is idle while a request is in flight, and the server ends a transaction
 idle for longer than shared/db.py SERVER_SETTINGS' idle_in_transaction_session_timeout; so
 every request is bounded by FETCH_TIMEOUT_SECONDS and the library retries nothing
@@ -31,15 +32,14 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import stripe as stripe_sdk
+from webhooks.shared.errors import PermanentJobError
+from webhooks.shared.providers.base import NotReady
 
-from webhooks.shared import sources
-from webhooks.shared.errors import PermanentJobError, WebhooksError
-from webhooks.shared.providers import stripe_budget
-from webhooks.shared.settings import Settings
+if TYPE_CHECKING:
+    import stripe as stripe_sdk
 
 THIN_OBJECT = "v2.core.event"
 GENERATION_FAILURE_RESOLVED = "v2.core.health.event_generation_failure.resolved"
@@ -50,7 +50,7 @@ MAX_FETCHES = 3  # the event, its related object, the object an impact names
 IMPACT_OBJECT_PATHS = {"invoice": "/v1/invoices/"}
 
 
-class ThinFetchFailed(WebhooksError):
+class ThinFetchFailed(NotReady):
     """Stripe did not answer a thin event's fetch (5xx, 429, timeout, connection)."""
 
 
@@ -58,21 +58,11 @@ def is_thin(payload: Any) -> bool:
     return isinstance(payload, dict) and payload.get("object") == THIN_OBJECT
 
 
-def api_key_for(settings: Settings, source: str) -> str:
-    """The API key that fetches a source's thin events: the source's own
-    (STRIPE_<NAME>_API_KEY, or STRIPE_API_KEY for the default source)."""
-    found = sources.registry(settings).get("stripe", source)
-    if found is None or not found.api_key:
-        raise PermanentJobError(f"a thin event of source {source!r} needs its API key to "
-                                "fetch it")
-    return found.api_key
-
-
-def fetch(settings: Settings, source: str, thin: dict[str, Any]) -> dict[str, Any]:
-    """The event the handler applies: the full event and its related object, fetched."""
-    client = _client(api_key_for(settings, source), settings.stripe_api_base,
-                     FETCH_TIMEOUT_SECONDS)
-    context = context_of(settings, source, thin)
+def fetch(api_key: str, api_base: str, thin: dict[str, Any],
+          context: str | None) -> dict[str, Any]:
+    """The event the handler applies: the full event and its related object, fetched with
+    the source's key, in the connected account `context` (None: the platform's)."""
+    client = _client(api_key, api_base, FETCH_TIMEOUT_SECONDS)
     event = _get(client, f"/v2/core/events/{_segment(_id(thin))}", context, thin)
     related = event.get("related_object") or thin.get("related_object")
     if event.get("type") == GENERATION_FAILURE_RESOLVED:
@@ -110,6 +100,8 @@ def _as_snapshot(event: dict[str, Any], account: str | None,
 
 def _get(client: stripe_sdk.StripeClient, url: str, context: str | None,
          thin: dict[str, Any]) -> dict[str, Any]:
+    import stripe as stripe_sdk
+
     try:
         response = client.raw_request("get", url, stripe_context=context,
                                       headers={"Stripe-Request-Trigger": f"event={_id(thin)}"})
@@ -125,19 +117,6 @@ def _id(thin: dict[str, Any]) -> str:
     return str(thin.get("id"))
 
 
-def context_of(settings: Settings, source: str, thin: dict[str, Any]) -> str | None:
-    """The connected account to fetch in (sent as Stripe-Context): the thin event's
-    `context` at a Connect source (STRIPE_<NAME>_CONNECT=1); None elsewhere, whatever the
-    event says: a source that is not Connect receives the platform's own events, and the
-    platform's key must not act in an account a payload names (the ingest records no
-    account for it either, shared/providers/stripe.py `origin`)."""
-    found = sources.registry(settings).get("stripe", source)
-    if found is None or not found.connect:
-        return None
-    context = thin.get("context")
-    return context if isinstance(context, str) and context else None
-
-
 def _segment(event_id: str) -> str:
     """The id as one path segment: percent-encoded whole (`/`, `?`, `#`, `%` included), so
     no part of it is read as a path, a query or a fragment. An id that is a dot segment
@@ -151,6 +130,10 @@ def _segment(event_id: str) -> str:
 def _client(api_key: str, api_base: str, timeout: float) -> stripe_sdk.StripeClient:
     """One client per key and base in a process: its HTTP connections are reused, its
     requests within the process's one Stripe budget (shared/providers/stripe_budget.py)."""
+    import stripe as stripe_sdk  # the library: a slow import, in the first fetch only
+
+    from webhooks.shared.providers import stripe_budget
+
     return stripe_sdk.StripeClient(
         api_key, base_addresses={"api": api_base}, max_network_retries=0,
         http_client=stripe_budget.http_client(timeout))
