@@ -339,6 +339,8 @@ def render_tables(folder: Path = RESULTS) -> str:
         parts.append(_growth_table(*found, folder))
     if found := _newest_with(folder, "audit"):
         parts.append(_audit_table(*found, folder))
+    if found := _newest_with(folder, "kit"):
+        parts.append(_kit_table(*found, folder))
     parts.append(_history_table(folder))
     return "\n\n".join(parts)
 
@@ -482,6 +484,25 @@ def _audit_table(run: dict[str, Any], path: Path, folder: Path) -> str:
         checks = result[label]["checks"]
         lines.append(f"| {label.replace('_', ' ')} | {_fixed3(result[label]['seconds'])} | "
                      + " | ".join(_fixed3(checks.get(n)) for n in names) + " |")
+    return "\n".join(lines)
+
+
+def _kit_table(run: dict[str, Any], path: Path, folder: Path) -> str:
+    """The test kit's check (benchmarks/kit.py): seconds per app against the SPEC's bound."""
+    result = run["kit"]
+    name = _relative(path, folder)
+    lines = [f"### Test kit: [`{name}`]({name})", "", _run_line(run), "",
+             f"`webhooks check-handlers`'s check of {result['events']} events under "
+             f"{result['schedules']} schedules (seed {result['seed']}), in seconds: the check "
+             "(the reference and the schedules, until the first that fails and its shrinking), "
+             "and the whole (the kit's database created and migrated, the check, the database "
+             f"dropped). Bound: {result['bound_seconds']:.0f} s for the whole.", "",
+             "| app | left out | verdict | check | whole | per schedule |",
+             "| --- | --- | --- | ---: | ---: | ---: |"]
+    for app in result["apps"]:
+        lines.append(f"| {app['name']} (`{app['app']}`) | {', '.join(app['ignore'])} | "
+                     f"{'ok' if app['ok'] else 'failed'} | {app['check_seconds']:.2f} | "
+                     f"{app['whole_seconds']:.2f} | {_fixed3(app['per_schedule_seconds'])} |")
     return "\n".join(lines)
 
 

@@ -190,6 +190,16 @@ def list_events(conn: Connection, spec: EventFilter, *, limit: int = 50,
     return Page(rows, Cursor(rows[-1].received_at, rows[-1].id) if more else None)
 
 
+def payloads_of(conn: Connection, rows: list[EventRow]) -> dict[int, str]:
+    """The payloads of a page's events, by row id, in one query: each as the text Postgres
+    prints its jsonb, not loaded (a number Python would round, a nesting Python cannot
+    load, stay as recorded)."""
+    e = webhook_events.c
+    query = sa.select(e.id, sa.cast(e.payload, sa.Text)).where(
+        e.id.in_([row.id for row in rows]))
+    return {row_id: text for row_id, text in conn.execute(query)}
+
+
 def count_events(conn: Connection, spec: EventFilter, *, at_most: int | None = None) -> int:
     """How many events match; with at_most, counting stops after at_most + 1 (a page's
     "10,000+" must not count a million rows on every view)."""

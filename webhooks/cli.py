@@ -537,10 +537,15 @@ class Moment(click.ParamType):
                    "an event is searchable by its words once its job has run.")
 @click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--payload", "with_payload", is_flag=True,
+              help="With --json: each event's payload too, as recorded (the lines "
+                   "`webhooks check-handlers` replays).")
 def events(provider: str | None, source: str | None, event_type: str | None,
            status: str | None, since: datetime | None, until: datetime | None,
-           search: str | None, limit: int, as_json: bool) -> None:
+           search: str | None, limit: int, as_json: bool, with_payload: bool) -> None:
     """Events newest first, with their source, job's status, attempts and last error."""
+    if with_payload and not as_json:
+        fail("--payload prints the payloads in the JSON lines: give --json with it", 2)
     settings = local_settings()
     from webhooks import tables
     from webhooks.shared.events import EventFilter
@@ -550,10 +555,11 @@ def events(provider: str | None, source: str | None, event_type: str | None,
         provider, name = source_of(settings, source, whole=False)
     spec = EventFilter(provider, event_type, JobStatus(status) if status else None, since,
                        until, search, source=name)
-    rows, more = _database(lambda: _list_events(_engine(settings), spec, limit))
+    rows, payloads, more = _database(
+        lambda: _list_events(_engine(settings), spec, limit, with_payload))
     if as_json:
         for row in rows:
-            click.echo(tables.event_line(row))
+            click.echo(tables.event_line(row, payloads.get(row.id)))
         return
     if not rows:
         click.echo("no events match")
@@ -565,21 +571,27 @@ def events(provider: str | None, source: str | None, event_type: str | None,
                    err=True)
 
 
-def _list_events(engine: Engine, spec: Any, limit: int) -> tuple[list[Any], bool]:
-    """Up to `limit` events, a page of shared.events.list_events at a time; and whether
-    more match."""
-    from webhooks.shared.events import list_events
+def _list_events(engine: Engine, spec: Any, limit: int, with_payload: bool = False,
+                 ) -> tuple[list[Any], dict[int, str], bool]:
+    """Up to `limit` events, a page of shared.events.list_events at a time; with_payload,
+    their payloads (by row id, a query per page); and whether more match."""
+    from webhooks.shared.events import list_events, payloads_of
 
     rows: list[Any] = []
+    payloads: dict[int, str] = {}
     after = None
-    with engine.connect() as conn:
+    # One snapshot: a payload is there for every event listed (a prune in between
+    # removes neither).
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
         while len(rows) < limit:
             page = list_events(conn, spec, limit=limit - len(rows), after=after)
             rows += page.events
+            if with_payload and page.events:
+                payloads.update(payloads_of(conn, page.events))
             after = page.next
             if after is None:
-                return rows, False
-    return rows, True
+                return rows, payloads, False
+    return rows, payloads, True
 
 
 @main.command()
@@ -751,6 +763,52 @@ def _reconciled_sources(settings: Settings, provider: str, name: str | None) -> 
 
 
 # --- pause and resume -----------------------------------------------------------------
+
+
+@main.command("check-handlers")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--provider", default="stripe", show_default=True,
+              help="The provider of events that do not name theirs.")
+@click.option("--schedules", "count", type=click.IntRange(1), default=50, show_default=True,
+              help="Schedules to run the events under.")
+@click.option("--seed", type=click.IntRange(0), help="Draw the schedules of an earlier run.")
+@click.option("--ignore", multiple=True, metavar="TABLE.COLUMN",
+              help="A column that differs by nature between two runs (repeatable).")
+def check_handlers(files: tuple[str, ...], provider: str, count: int, seed: int | None,
+                   ignore: tuple[str, ...]) -> None:
+    """Prove the apps WEBHOOK_HANDLERS names exactly-once: FILES' events applied once each,
+    in order, then under the schedules providers and this system produce (each event
+    several times, in any order, at once from two connections, beside a reconciliation,
+    after a neighbour's failure, failed and replayed); exit 1 naming the shortest schedule
+    that leaves the apps' tables, emails or audit checks otherwise, or a handler that
+    opens a network connection (docs/testing-your-app.md). On a database of its own:
+    created on DATABASE_URL's server, else on an embedded Postgres; dropped at the end."""
+    settings = load_settings()
+    try:
+        from webhooks import testing
+    except ImportError as error:
+        fail(f"the test kit needs the `testing` extra (pip install "
+             f"'webhooks-exactly-once[testing]'): {error}", 2)
+    if provider not in providers.PROVIDERS:
+        fail(f"unknown provider {provider!r} (one of {', '.join(providers.names())})", 2)
+    try:
+        events = testing.read_events(files, provider)
+    except testing.UnreadableEvents as error:
+        fail(str(error), 2)
+    if not settings.handler_modules:
+        fail("WEBHOOK_HANDLERS names no app to check", 2)
+    from webhooks.migrate import MigrationError
+
+    try:
+        with testing.database(settings.database_url) as url, \
+                testing.Kit(url, settings.handler_modules, ignore=ignore) as kit:
+            result = testing.check(kit, events, schedules_count=count, seed=seed)
+    except testing.KitError as error:
+        fail(str(error), 2)
+    except (WebhooksError, MigrationError) as error:  # an app that does not load or migrate
+        fail(str(error))
+    click.echo(result.report())
+    sys.exit(0 if result.ok else 1)
 
 
 @main.command()

@@ -4,6 +4,7 @@ width, an event's detail as text, and both as JSON (datetimes in ISO 8601)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, fields
@@ -48,9 +49,26 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def event_line(row: EventRow) -> str:
-    """One event as one JSON object (`events --json`)."""
-    return to_json(asdict(row))
+def event_line(row: EventRow, payload: str | None = None) -> str:
+    """One event as one JSON object (`events --json`); with `payload` (the jsonb text
+    Postgres printed, shared.events.payloads_of), that payload under "payload", as
+    recorded: spliced in rather than loaded and dumped again, its non-ASCII characters
+    escaped as to_json escapes them (`events --json --payload`, which
+    `webhooks check-handlers` reads back)."""
+    line = to_json(asdict(row))
+    if payload is None:
+        return line
+    return f'{line[:-1]}, "payload": {_ascii(payload)}}}'
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _ascii(text: str) -> str:
+    """JSON text with each non-ASCII character as json.dumps writes it (\\u009b, a
+    surrogate pair beyond the BMP): the same value. Outside its strings, JSON text is
+    ASCII."""
+    return _NON_ASCII.sub(lambda char: json.dumps(char.group())[1:-1], text)
 
 
 MIN_ERROR = 20  # characters of the last error shown however narrow the terminal

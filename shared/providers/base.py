@@ -150,6 +150,9 @@ class NotReady(WebhooksError):
 
 Verify = Callable[[bytes, "Headers", Source, int, float], "Delivery"]
 Sign = Callable[[bytes, str, float], dict[str, str]]
+# The headers that sign a body as a given event (its id, its type): for a provider whose id
+# or type travel outside the body (`webhooks check-handlers` replays recorded events).
+SignAs = Callable[[bytes, str, float, str, str], dict[str, str]]
 # The payload the handler applies, or the job done with no effect; NotReady: try again.
 BeforeHandler = Callable[[PendingJob], "Any | Refused"]
 
@@ -195,6 +198,16 @@ class Provider:
     missing: Callable[[Source], tuple[Option, str] | None] | None = None
     # The step a job of this provider takes before its handler, in the job's transaction.
     before_handler: BeforeHandler | None = None
+    # Where the event id or type travel outside the body: the headers that sign a body as
+    # a given event. None: `sign`, the body says both.
+    sign_as: SignAs | None = None
+
+    def signed_as(self, body: bytes, secret: str, now: float, event_id: str,
+                  event_type: str) -> dict[str, str]:
+        """The headers that deliver `body` as event (event_id, event_type)."""
+        if self.sign_as is not None:
+            return self.sign_as(body, secret, now, event_id, event_type)
+        return self.sign(body, secret, now)
 
     @property
     def reconciles(self) -> bool:

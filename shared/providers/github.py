@@ -54,6 +54,12 @@ def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
     return {SIGNATURE.header: SIGNATURE.sign(secret, body), "X-GitHub-Delivery": delivery}
 
 
+def sign_as(body: bytes, secret: str, now: float, event_id: str,
+            event_type: str) -> dict[str, str]:
+    return {**sign(body, secret, now), "X-GitHub-Delivery": event_id,
+            "X-GitHub-Event": event_type}
+
+
 # A hook's API path: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID.
 HOOK = r"(repos/[\w.-]+/[\w.-]+|orgs/[\w.-]+)/hooks/\d+"
 HOOK_WHAT = "repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID"
@@ -88,5 +94,5 @@ RECORD = Provider(
     headers="`X-Hub-Signature-256`, `X-GitHub-Delivery`, `X-GitHub-Event`",
     event_id="header `X-GitHub-Delivery`", event_type="header `X-GitHub-Event`",
     credentials=TOKEN, options=(HOOKS,), api_base="https://api.github.com",
-    events_api=events_api, events_api_needs=(TOKEN, HOOKS),
+    events_api=events_api, events_api_needs=(TOKEN, HOOKS), sign_as=sign_as,
 )

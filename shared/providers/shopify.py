@@ -56,6 +56,12 @@ def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
     return {SIGNATURE.header: SIGNATURE.sign(secret, body), "X-Shopify-Webhook-Id": webhook_id}
 
 
+def sign_as(body: bytes, secret: str, now: float, event_id: str,
+            event_type: str) -> dict[str, str]:
+    return {**sign(body, secret, now), "X-Shopify-Webhook-Id": event_id,
+            "X-Shopify-Topic": event_type}
+
+
 RECORD = Provider(
     name="shopify", title="Shopify",
     secret_variable="SHOPIFY_WEBHOOK_SECRET",  # noqa: S106 - the name of the variable
@@ -66,4 +72,5 @@ RECORD = Provider(
     headers="`X-Shopify-Hmac-Sha256`, `X-Shopify-Webhook-Id`, `X-Shopify-Topic` "
             "(or the same without `X-`)",
     event_id="header `X-Shopify-Webhook-Id`", event_type="header `X-Shopify-Topic`",
+    sign_as=sign_as,
 )

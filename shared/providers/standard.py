@@ -71,7 +71,12 @@ def verify(
 def sign(body: bytes, secret: str, now: float) -> dict[str, str]:
     # The id is derived from the body, so sending one file twice is a duplicate, as it is
     # for the providers whose event id is inside the body.
-    message_id = "msg_" + hashlib.sha256(body).hexdigest()[:32]
+    return sign_as(body, secret, now, "msg_" + hashlib.sha256(body).hexdigest()[:32], "")
+
+
+def sign_as(body: bytes, secret: str, now: float, message_id: str,
+            event_type: str) -> dict[str, str]:
+    """The headers of message `message_id` (the type is the body's)."""
     signed_at = datetime.fromtimestamp(int(now), tz=UTC)
     signature = Webhook(secret).sign(message_id, signed_at, body.decode("utf-8"))
     return {
@@ -155,5 +160,5 @@ RECORD = Provider(
     event_id="header `webhook-id` (or `svix-id`)", event_type="body `type`",
     # Senders are unrelated applications (Clerk, Resend through Svix) whose message ids
     # may collide: an id is unique per source only.
-    dedup=DedupScope.SOURCE,
+    dedup=DedupScope.SOURCE, sign_as=sign_as,
 )

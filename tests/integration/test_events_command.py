@@ -294,3 +294,48 @@ def test_show_prints_a_payload_nested_as_deep_as_the_ingest_accepts(run, clean_d
     for args in (("show", "stripe", "evt_deep"), ("show", "stripe", "evt_deep", "--json")):
         result = run(*args)
         assert result.exit_code == 0 and "bottom" in result.output, result.output[-300:]
+
+
+def test_json_payload_lines_read_back_as_the_events_delivered(run, settings, clean_db,  # type: ignore[no-untyped-def]
+                                                             tmp_path) -> None:
+    """Recorded traffic replays in `webhooks check-handlers`: two events delivered through
+    the ingest, listed with --json --payload, read back by the kit's reader with their ids,
+    types and payloads, numbers, nesting and non-ASCII text as delivered."""
+    from tests.conftest import STRIPE_SECRET
+    from webhooks.ingest.app import create_app
+    from webhooks.testing import read_events
+
+    paid = factories.stripe_event("invoice.paid", factories.invoice(
+        "in_payload_1", customer="cus_zoë", amount=1999, email="zoë@example.com"))
+    paid["data"]["object"]["lines"] = {"data": [{"amount": 1999, "tax": 0.5, "note": None,
+                                                 "tags": ["€", "😀", "\u202e"]}]}
+    updated = factories.stripe_event("customer.subscription.updated",
+                                     factories.subscription("sub_payload", "past_due"))
+    client = create_app(settings).test_client()
+    for body in (paid, updated):
+        # 0.50, as a sender may write it: jsonb keeps it so, and so does the line
+        raw = json.dumps(body, ensure_ascii=False).replace('"tax": 0.5', '"tax": 0.50').encode()
+        answer = client.post("/webhooks/stripe", data=raw, headers={
+            "Stripe-Signature": factories.stripe_signature(raw, STRIPE_SECRET)})
+        assert answer.status_code == 200, answer.get_data(as_text=True)
+
+    result = run("events", "--json", "--payload")
+    assert result.exit_code == 0, result.output
+    assert result.output.isascii() and len(result.output.splitlines()) == 2
+    assert '"tax": 0.50' in result.output
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert [line["provider"] for line in lines] == ["stripe", "stripe"]
+    assert {"event_id", "event_type", "status", "received_at"} <= set(lines[0])
+    recorded = tmp_path / "events.jsonl"
+    recorded.write_text(result.output)
+    events = read_events([recorded], provider="paddle")  # each line names its own
+    assert [(e.provider, e.event_id, e.event_type) for e in events] == [
+        ("stripe", updated["id"], "customer.subscription.updated"),
+        ("stripe", paid["id"], "invoice.paid")]
+    assert [e.payload for e in events] == [updated, paid]
+
+    without = run("events", "--payload")
+    assert without.exit_code == 2
+    assert without.output.strip().splitlines() == [
+        "webhooks: --payload prints the payloads in the JSON lines: give --json with it"]
+    assert "payload" not in listed(run("events", "--json"))[0]
