@@ -1,5 +1,5 @@
 """`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers|search|reconcile|
-scaleout|scaleout-quota|growth|claim|overview|kit]`.
+scaleout|scaleout-quota|growth|claim|overview|kit|calls]`.
 
 Prints throughput, latency, the ratio to pgbench running the same SQL, end-to-end delay,
 peak RSS per process and idle CPU, and saves them with the concurrency chart (results/README.md):
@@ -25,6 +25,11 @@ none paused. `--only overview` (benchmarks/overview.py; tiny in --smoke) times t
 overview page over 2,000,000 events and jobs, from the statistics' estimates and exact.
 `--only kit` (benchmarks/kit.py; part of a full run and, tiny, of --smoke) times the test
 kit's check of 50 events under 50 schedules, for the reference app and the example app.
+`--only calls` (benchmarks/calls.py; part of a full run and, tiny, of --smoke) measures
+the worker's CPU per job whose handler queues one call to another API against one that
+queues one email (2,000 jobs each), and calls made per second by the call dispatch against
+the fake Stripe API (within the process's Stripe request budget, and with it lifted) beside
+emails sent per second by the outbox against the fake Postmark (one thread, then two).
 Never fails on a threshold: the numbers are for reading, the targets are printed next to them.
 """
 
@@ -41,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    calls,
     claim,
     growth,
     kit,
@@ -58,7 +64,7 @@ TARGETS = {"ingest_rps": 3000, "ingest_p99_ms": 20, "worker_jobs_per_s": 2000,
            "scaleout_2_over_1": scaleout.TARGET_TWO_OVER_ONE,
            "scaleout_quota_2_over_1": scaleout.TARGET_QUOTA_TWO_OVER_ONE}
 SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers", "search", "reconcile", "scaleout",
-             "scaleout-quota", "growth", "claim", "overview", "kit")
+             "scaleout-quota", "growth", "claim", "overview", "kit", "calls")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.seconds:
         plan = replace(plan, ingest_seconds=args.seconds, e2e_seconds=args.seconds)
     chosen = args.only or (["ingest", "worker", "e2e", "search", "reconcile", "scaleout",
-                            "scaleout-quota", "claim", "overview", "kit"] if args.smoke
+                            "scaleout-quota", "claim", "overview", "kit", "calls"] if args.smoke
                            else ["ingest", "sweep", "worker", "e2e", "reconcile", "scaleout",
-                                 "scaleout-quota", "claim", "kit"])
+                                 "scaleout-quota", "claim", "kit", "calls"])
     logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-"))
     name = args.database or ("webhooks_bench_smoke" if args.smoke else "webhooks_bench")
     print(f"benchmarks: {', '.join(chosen)}; database {name}; process logs in {logs}; "
@@ -98,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             growth.print_summary(results[scenario], TARGETS)
         elif scenario == "kit":
             kit.print_summary(results[scenario])
+        elif scenario == "calls":
+            calls.print_summary(results[scenario])
         elif scenario not in ("claim", "overview"):  # these print their own summary
             report.print_scenario(scenario, results[scenario], TARGETS)
     results["load_average_end"] = stack.load_average()
@@ -171,6 +179,8 @@ def _run(scenario: str, target: stack.Target, plan: scenarios.Plan,
         return growth.run(target, plan, growth.SMOKE if args.smoke else growth.Plan())
     if scenario == "kit":
         return kit.run(target, **(kit.SMOKE if args.smoke else {}))
+    if scenario == "calls":
+        return calls.run(target, **(calls.SMOKE if args.smoke else {}))
     return scenarios.servers(target, plan, report.server_candidates())
 
 
@@ -178,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--smoke", action="store_true",
                         help="a few-second run of ingest, worker, e2e, search, reconcile, "
-                             "scaleout, scaleout-quota, claim, overview and kit (CI)")
+                             "scaleout, scaleout-quota, claim, overview, kit and calls (CI)")
     parser.add_argument("--only", action="append", choices=SCENARIOS,
                         help="run only this scenario (repeatable)")
     parser.add_argument("--admin-url", default=os.environ.get(

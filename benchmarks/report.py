@@ -341,6 +341,8 @@ def render_tables(folder: Path = RESULTS) -> str:
         parts.append(_audit_table(*found, folder))
     if found := _newest_with(folder, "kit"):
         parts.append(_kit_table(*found, folder))
+    if found := _newest_with(folder, "calls"):
+        parts.append(_calls_table(*found, folder))
     parts.append(_history_table(folder))
     return "\n\n".join(parts)
 
@@ -503,6 +505,51 @@ def _kit_table(run: dict[str, Any], path: Path, folder: Path) -> str:
         lines.append(f"| {app['name']} (`{app['app']}`) | {', '.join(app['ignore'])} | "
                      f"{'ok' if app['ok'] else 'failed'} | {app['check_seconds']:.2f} | "
                      f"{app['whole_seconds']:.2f} | {_fixed3(app['per_schedule_seconds'])} |")
+    return "\n".join(lines)
+
+
+def _calls_table(run: dict[str, Any], path: Path, folder: Path) -> str:
+    """Calls to other APIs (benchmarks/calls.py): the worker's CPU per job whose handler
+    queues a call against an email's, and the call dispatch's rate against the outbox's."""
+    result = run["calls"]
+    worker, dispatched = result["worker"], result["dispatch"]
+    name = _relative(path, folder)
+    budget = dispatched.get("stripe_budget_per_s")
+    lines = [f"### Calls to other APIs: [`{name}`]({name})", "", _run_line(run), "",
+             f"The worker's batches (`worker.jobs.process_batch` in one process) over "
+             f"{_n(worker['jobs'])} jobs whose handler queues nothing, one email or one call "
+             "(a Stripe refund), CPU of that process per job, median of "
+             f"{worker['rounds']} rounds. Above nothing, a call costs "
+             f"{worker['call_above_nothing_us']:.1f} µs and an email "
+             f"{worker['email_above_nothing_us']:.1f} µs (÷ "
+             f"{_fixed3(worker['call_over_email_above_nothing'])}).", "",
+             "| handler queues | worker CPU µs per job | jobs/s | ÷ email |",
+             "| --- | ---: | ---: | ---: |"]
+    email_cpu = worker["kinds"]["email"]["cpu_us_per_job"]
+    for kind, figures in worker["kinds"].items():
+        lines.append(f"| {'one ' + kind if kind != 'nothing' else 'nothing'} | "
+                     f"{figures['cpu_us_per_job']:.1f} | {_n(figures['jobs_per_s'])} | "
+                     f"{_fixed3(figures['cpu_us_per_job'] / email_cpu)} |")
+    lines += ["", "The dispatch in one process, by one then two threads: calls by "
+              "`worker.calls.dispatch_due` to the fake Stripe API (one request each"
+              + (f", within the process's Stripe budget of {budget:g} requests a second, "
+                 "and with that budget lifted: the dispatch's own rate" if budget else "")
+              + "), emails by `worker.outbox.dispatch_due` to the fake Postmark (up to "
+              f"{dispatched['emails_per_request']} a request); each fake in a process of its "
+              f"own. Median of {dispatched['rounds']} rounds; CPU of the dispatching process "
+              "per item.", "",
+              "| dispatch | items | threads | sent/s | CPU µs per item | sent/s ÷ emails' | "
+              "CPU ÷ emails' | 2 threads ÷ 1 |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    ratios = dispatched["ratios"]
+    for row in dispatched["rows"]:
+        kind, threads = row["kind"], row["threads"]
+        lines.append(
+            f"| {row['label']} | {_n(row['items'])} | {threads} | {_rate(row['per_s'])} | "
+            f"{row['cpu_us_per_item']:.1f} | "
+            f"{_fixed3(ratios.get(f'{kind}_over_emails_per_s_{threads}'))} | "
+            f"{_fixed3(ratios.get(f'{kind}_over_emails_cpu_{threads}'))} | "
+            f"{_fixed3(ratios.get(f'{kind}_2_over_1')) if threads == 2 else ''} |")
     return "\n".join(lines)
 
 
@@ -674,6 +721,11 @@ def _ms(value: float | None) -> str:
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _rate(value: float) -> str:
+    """A rate: a decimal below 100 (25.9 within Stripe's budget), whole above."""
+    return f"{value:.1f}" if value < 100 else _n(value)
 
 
 def _fixed3(value: float | None) -> str:

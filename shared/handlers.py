@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy import TextClause
 from sqlalchemy.engine import Connection
 
-from webhooks.shared import db, hooks, notifications, queries, tracing
+from webhooks.shared import calls, db, hooks, notifications, queries, tracing
 from webhooks.shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,8 @@ class JobContext:
     """Stripe: the event's `livemode`; None elsewhere."""
     emails_queued: int = field(default=0)
     """How many emails this handler queued (queue_email returned True)."""
+    calls_queued: int = field(default=0)
+    """How many calls this handler queued (queue_call returned True)."""
     notifications: list[notifications.Occurrence] = field(default_factory=list)
     """What the handler reported with notify(), recorded with the job's done mark."""
 
@@ -100,6 +102,27 @@ class JobContext:
         if row is not None:
             self.emails_queued += 1
         return row is not None
+
+    def queue_call(self, *, key: str, target: str, method: str, path: str,
+                   params: dict[str, Any] | None = None) -> bool:
+        """Queue one call to another API in the job's transaction; the dispatcher makes it
+        once per `key` after the job commits, with `key` as the target's idempotency key
+        (docs/calls.md). False if the key exists. `target`: `stripe` (the stripe library,
+        with the API key of this event's source, and `Stripe-Account` for a connected
+        account's event) or a name N of CALL_<N>_URL; `method` and `path` (`POST`,
+        `/v1/refunds`) and `params` (form parameters for Stripe, the JSON body elsewhere)."""
+        queued = calls.queue(self.conn, key=key, target=target, method=method, path=path,
+                             params=params or {}, provider=self.provider,
+                             event_id=self.event_id, source=self.source,
+                             account=self.account, targets=self.settings.call_targets)
+        self.calls_queued += queued
+        return queued
+
+    def call_result(self, key: str) -> dict[str, Any] | None:
+        """A sent call's answer, `{"status": 200, "body": {...}}`; None until it is sent.
+        A call an operator settled as sent (`webhooks calls settle --sent`) has no answer
+        recorded: `{"status": None, "body": None}`."""
+        return calls.result(self.conn, key)
 
     def notify(self, kind: str, *, count: int = 1, error: str | None = None,
                **details: Any) -> None:

@@ -279,6 +279,61 @@ outbox = Table(
     Index("ix_outbox_failed_id", "id", postgresql_where=text(f"status = '{EmailStatus.FAILED}'")),
 )
 
+class CallStatus(StrEnum):
+    """A call's state (SPEC "Calls to other APIs"; worker/calls.py sends them)::
+
+        pending --(the target answered 2xx)--> sent
+        pending --(a 4xx other than 409 and 429)--> failed
+        pending --(its outcome still unknown when its key's lifetime has passed)--> ambiguous
+        ambiguous --(`webhooks calls settle KEY --sent`)--> sent
+        ambiguous --(`webhooks calls settle KEY --resend`: a new key)--> pending
+    """
+
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+    AMBIGUOUS = "ambiguous"
+
+
+# One row per call a handler queued to another API (ctx.queue_call), made once by
+# worker/calls.py after its job commits, with `idempotency_key` as the target's key (the
+# handler's `key`, or a new one after `webhooks calls settle --resend`).
+calls = Table(
+    "calls",
+    metadata,
+    Column("id", BigInteger, Identity(), nullable=False),
+    Column("key", Text, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("method", Text, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("params", JSONB, nullable=False),
+    Column("idempotency_key", Text, nullable=False),
+    # The job's event: whose source's API key and connected account a `stripe` call uses
+    Column("provider", Text),
+    Column("event_id", Text),
+    Column("source", Text),
+    Column("account", Text),
+    Column("status", Text, nullable=False, server_default=CallStatus.PENDING.value),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    # When the idempotency key was first sent: the target keeps it for the key's lifetime
+    # from then (CALL_<N>_KEY_HOURS); past it, an unknown outcome is never sent again.
+    Column("first_attempt_at", DateTime(timezone=True)),
+    Column("run_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("response_status", Integer),
+    Column("response", JSONB),
+    Column("last_error", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("sent_at", DateTime(timezone=True)),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("key"),
+    CheckConstraint(one_of(CallStatus), name="status"),
+    Index("ix_calls_pending_run_at_id", "run_at", "id",
+          postgresql_where=text(f"status = '{CallStatus.PENDING}'")),
+    Index("ix_calls_unsettled_id", "id",
+          postgresql_where=text(f"status IN ('{CallStatus.FAILED}', "
+                                f"'{CallStatus.AMBIGUOUS}')")),
+)
+
 # One row per source that reconciliation has run for (the default source's `source` is its
 # provider's name): where the clock's next run starts (the last success, less a margin)
 # and what the last run found.
@@ -384,6 +439,8 @@ class NotificationKind(StrEnum):
     DATABASE_FAILOVER = "database.failover"
     STRIPE_EVENT_GENERATION_FAILED = "stripe.event_generation_failed"
     AUDIT_VIOLATION = "audit.violation"
+    CALL_FAILED = "call.failed"
+    CALL_AMBIGUOUS = "call.ambiguous"
 
 
 class NotificationStatus(StrEnum):

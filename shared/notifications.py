@@ -51,7 +51,7 @@ Kind = NotificationKind
 SAMPLES = 5  # ids kept per notification: enough to start looking
 ERROR_CHARS = 500
 COALESCED = frozenset({Kind.JOB_FAILED, Kind.EMAIL_FAILED, Kind.STRIPE_EVENT_GENERATION_FAILED,
-                       Kind.AUDIT_VIOLATION})
+                       Kind.AUDIT_VIOLATION, Kind.CALL_FAILED, Kind.CALL_AMBIGUOUS})
 NONE = ""  # notification_windows' provider and source for kinds without one
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -282,6 +282,9 @@ def what_to_look_at(kind: str, provider: str | None, source: str | None,
         return "webhooks notifications"
     if kind == Kind.AUDIT_VIOLATION:
         return "webhooks audit"
+    if kind in (Kind.CALL_FAILED, Kind.CALL_AMBIGUOUS):
+        status = "failed" if kind == Kind.CALL_FAILED else "ambiguous"
+        return f"webhooks calls --status {status}"
     if provider:
         status = " --status failed" if kind in (Kind.JOB_FAILED, Kind.PROVIDER_FAILING) else ""
         return f"webhooks events --source {label(provider, source)}{status}"

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from webhooks.shared import call_targets
 from webhooks.shared import sources as s
 from webhooks.shared import variables as v
+from webhooks.shared.call_targets import Target
 from webhooks.shared.errors import ConfigError, MissingVariable
 from webhooks.shared.providers import PROVIDERS
 from webhooks.shared.variables import IPNetwork, Topic, family, setting
@@ -168,6 +170,8 @@ class Settings:
         "WEBHOOKS_DATA_DIR", v.path, Path(".webhooks"),
         "where `webhooks dev` keeps its embedded servers' data and dev secrets (the other "
         "commands find a running `webhooks dev` there)", DEPLOY)
+    # The targets of the handlers' calls (ctx.queue_call): `stripe` and each CALL_<N>_URL.
+    call_targets: Mapping[str, Target] = call_targets.targets_field()
     # Reconciliation: each provider's events API (its credentials are its sources' options).
     api_bases: Mapping[str, str] = family(
         _api_base_variables, "<PROVIDER>_API_BASE", "the provider's events API (a fake's, in "

@@ -38,6 +38,11 @@ DISPATCH_OUTBOX = "dispatch_outbox"
 # or webhook receiver never holds up the receipts' dispatch.
 NOTIFY_QUEUE = "notifications"
 DISPATCH_NOTIFICATIONS = "dispatch_notifications"
+# Calls to other APIs (worker/calls.py): a queue of their own, so that a slow target never
+# holds up the receipts or the notifications.
+CALLS_QUEUE = "calls"
+DISPATCH_CALLS = "dispatch_calls"
+CALLS_PER_MESSAGE = 20
 # A worker claims up to this many due jobs per wake-up; whoever makes jobs due sends one
 # wake-up per this many (wake_jobs, wake_due_jobs, messages_for).
 JOBS_PER_MESSAGE = 50
@@ -71,7 +76,7 @@ def create_broker(settings: Settings) -> dramatiq.Broker:
         )
         client = redis.Redis(connection_pool=pool)
         broker = NoticedRedisBroker(client=client, middleware=middleware)
-    for queue in (JOBS_QUEUE, OUTBOX_QUEUE, NOTIFY_QUEUE):
+    for queue in (JOBS_QUEUE, OUTBOX_QUEUE, NOTIFY_QUEUE, CALLS_QUEUE):
         broker.declare_queue(queue)
     return broker
 
@@ -133,6 +138,18 @@ def wake_outbox(broker: dramatiq.Broker, count: int = 1) -> bool:
             broker.enqueue(_message(OUTBOX_QUEUE, DISPATCH_OUTBOX, ()))
     except Exception as error:
         log.warning("broker unreachable, outbox left for the sweeper: %s", _one_line(error))
+        return False
+    return True
+
+
+def wake_calls(broker: dramatiq.Broker, count: int = 1, *, delay: float = 0) -> bool:
+    """Best effort: enqueue `count` call dispatch wake-ups, `delay` seconds from now."""
+    delay_ms = int(delay * 1000) or None
+    try:
+        for _ in range(count):
+            broker.enqueue(_message(CALLS_QUEUE, DISPATCH_CALLS, ()), delay=delay_ms)
+    except Exception as error:
+        log.warning("broker unreachable, calls left for the sweeper: %s", _one_line(error))
         return False
     return True
 

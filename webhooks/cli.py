@@ -12,6 +12,7 @@ bad usage 2.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -28,7 +29,7 @@ from sqlalchemy.engine import Engine
 
 from webhooks.shared import providers
 from webhooks.shared.errors import ConfigError, DatabaseUnavailable, MissingVariable, WebhooksError
-from webhooks.shared.models import JobStatus, NotificationKind, NotificationStatus
+from webhooks.shared.models import CallStatus, JobStatus, NotificationKind, NotificationStatus
 from webhooks.shared.settings import Settings
 from webhooks.shared.terminal import visible
 
@@ -617,6 +618,66 @@ def notifications(kind: str | None, status: str | None, limit: int, as_json: boo
             click.echo(tables.notification_line(row))
         return
     click.echo(tables.notifications_table(rows) if rows else "no notifications")
+
+
+@main.group(invoke_without_command=True)
+@click.option("--status", type=click.Choice([str(s) for s in CallStatus]),
+              help="The call's status.")
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_context
+def calls(ctx: click.Context, status: str | None, limit: int, as_json: bool) -> None:
+    """The calls handlers queued to other APIs, newest first (keys printed whole);
+    `webhooks calls settle KEY --sent|--resend` ends an ambiguous one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = local_settings()
+    from webhooks.shared import calls as queued
+
+    rows = _database(lambda: queued.list_calls(_engine(settings), status, limit))
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps({name: str(value) if isinstance(value, datetime) else value
+                                   for name, value in vars(row).items()}))
+        return
+    if not rows:
+        click.echo("no calls match")
+        return
+    for row in rows:
+        answer = f"HTTP {row.response_status}" if row.response_status else "no answer"
+        error = f"  {visible(row.last_error)}" if row.last_error else ""
+        click.echo(f"{row.status:<9} {row.key}  {row.target} {row.method} {row.path}  "
+                   f"attempts {row.attempts}, {answer}{error}")
+
+
+@calls.command()
+@click.argument("key")
+@click.option("--sent", "outcome", flag_value="sent",
+              help="The target did make it (checked there): nothing more is sent.")
+@click.option("--resend", "outcome", flag_value="resend",
+              help="The target did not make it: make it again, under a new key (a failed "
+                   "call too, once what the target refused is fixed).")
+def settle(key: str, outcome: str | None) -> None:
+    """End an ambiguous call (its outcome was unknown when its key's lifetime passed), or
+    send a failed one again."""
+    if outcome is None:
+        fail("say how it ended: --sent or --resend", 2)
+    settings = local_settings()
+    from webhooks.shared import calls as queued
+
+    try:
+        new_key = _database(lambda: queued.settle(_engine(settings), key,
+                                                   sent=outcome == "sent"))
+    except queued.SettleRefused as error:
+        fail(str(error))
+    if new_key is None:
+        click.echo(f"{key} settled as sent: nothing more is sent")
+        return
+    if settings.broker_url is not None:
+        from webhooks.shared import wakeups
+
+        wakeups.wake_calls(wakeups.create_broker(settings))
+    click.echo(f"{key} is sent again under the key {new_key}")
 
 
 @main.command()

@@ -1,4 +1,5 @@
-"""Dramatiq actors: thin bindings over worker/jobs.py, worker/outbox.py and worker/notify.py.
+"""Dramatiq actors: thin bindings over worker/jobs.py, worker/outbox.py, worker/notify.py and
+worker/calls.py.
 Importing this module configures the broker from the environment, so the `dramatiq` command (run by
 `webhooks worker`) can load it.
 
@@ -17,7 +18,7 @@ from sqlalchemy.engine import Engine
 from webhooks.shared import db, hooks, tracing, wakeups
 from webhooks.shared.logs import configure_logging
 from webhooks.shared.settings import Settings
-from webhooks.worker import jobs, notify, outbox, shutdown
+from webhooks.worker import calls, jobs, notify, outbox, shutdown
 
 shutdown.tolerate_group_sigterm()  # imported in each worker process, after Dramatiq's handler
 settings = Settings.from_env()
@@ -62,3 +63,11 @@ def dispatch_notifications() -> None:
     """Send due notification deliveries to Slack, email and the webhook, once each
     (worker.notify.on_wakeup), apart from the receipts' dispatch."""
     notify.on_wakeup(engine(), settings, broker)
+
+
+@dramatiq.actor(queue_name=wakeups.CALLS_QUEUE, actor_name=wakeups.DISPATCH_CALLS,
+                max_retries=0, time_limit=300_000)
+def dispatch_calls() -> None:
+    """Make the due calls to other APIs, once per idempotency key (worker.calls.on_wakeup),
+    apart from the receipts' and the notifications' dispatch."""
+    calls.on_wakeup(engine(), settings, broker)

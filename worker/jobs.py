@@ -117,6 +117,7 @@ class BatchResult:
     failed: int = 0
     deferred: list[int] = field(default_factory=list)  # lock conflicts: run again now
     emails_queued: int = 0
+    calls_queued: int = 0
     more: bool = False  # claimed jobs left pending (time budget), or the claim was full
     # What the open transaction reports (written just before its COMMIT), and what the
     # committed ones recorded (their wake-ups).
@@ -149,6 +150,8 @@ def _wake_after(broker: dramatiq.Broker, result: BatchResult) -> bool:
     at its time, the jobs deferred after a lock conflict at once. True if it sent a
     dispatch message (no dispatch runs in this process)."""
     outbox_woken = bool(result.emails_queued) and outbox.wake(broker)
+    if result.calls_queued:
+        wakeups.wake_calls(broker)
     if result.notified.due_now:
         wakeups.wake_notifications(broker)
     if result.notified.tail_in is not None:
@@ -235,6 +238,7 @@ class _Applied:
     outcome: str
     emails_queued: int
     notifications: tuple[notifications.Occurrence, ...] = ()
+    calls_queued: int = 0
 
 
 def _claim(conn: Connection, statement: sa.TextClause,
@@ -317,7 +321,8 @@ def _run_handler(conn: Connection, settings: Settings, row: ClaimedJob) -> _Appl
             raise PermanentJobError(f"the stored payload cannot be loaded: {row.payload.reason}")
         ctx = _job_context(conn, settings, row)
         outcome = _outcome(ctx, handlers.for_event(row.provider, row.event_type))
-        applied = _Applied(row, outcome[:200], ctx.emails_queued, tuple(ctx.notifications))
+        applied = _Applied(row, outcome[:200], ctx.emails_queued, tuple(ctx.notifications),
+                           ctx.calls_queued)
         span.set_attribute("webhooks.outcome", applied.outcome)
     return applied
 
@@ -349,6 +354,7 @@ def _after_done(job: _Applied, result: BatchResult) -> None:
     row = job.row
     result.done += 1
     result.emails_queued += job.emails_queued
+    result.calls_queued += job.calls_queued
     # Types a handler names only: event types come from senders (GitHub's and Shopify's
     # are unsigned headers), and every new label value would be a new series.
     event_type = row.event_type if handlers.registered(row.provider, row.event_type) else "other"

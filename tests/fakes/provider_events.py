@@ -59,6 +59,71 @@ def stripe_account(account_id: str, created: int) -> dict[str, Any]:
     return account
 
 
+def stripe_refund(refund_id: str, created: int, *, charge: str | None = None,
+                  payment_intent: str | None = None, amount: int | None = None,
+                  reason: str | None = None, metadata: dict[str, str] | None = None,
+                  **fields: Any) -> dict[str, Any]:
+    """Stripe's published `refund` (stripe/objects/refund.json) as `POST /v1/refunds`
+    creates it: `id`, `created`, `charge`, `payment_intent`, `reason` and `metadata` set
+    (unset ones null, `{}`), `amount` set when given (else the published 100, the published
+    charge's amount), then `fields`."""
+    refund: dict[str, Any] = published("stripe/objects/refund.json")
+    refund.update({"id": refund_id, "created": created, "charge": charge,
+                   "payment_intent": payment_intent, "reason": reason,
+                   "metadata": dict(metadata or {})})
+    if amount is not None:
+        refund["amount"] = amount
+    refund.update(fields)
+    return refund
+
+
+def stripe_credit_note(credit_note_id: str, created: int, *, invoice: str,
+                       amount: int | None = None, lines: list[dict[str, Any]] | None = None,
+                       reason: str | None = None, metadata: dict[str, str] | None = None,
+                       **fields: Any) -> dict[str, Any]:
+    """Stripe's published `credit_note` (stripe/objects/credit_note.json) as
+    `POST /v1/credit_notes` creates it: `id`, `created` (and `effective_at`), `invoice`,
+    `reason`, `metadata` set, `lines.url` naming the id, then `fields`.
+
+    `lines` are the request's `lines[i]` (each a dict of `type`, `invoice_line_item`,
+    `quantity`, `amount`, `unit_amount`, `description`, `metadata`): each becomes a
+    published `credit_note_line_item` of its type (`invoice_line_item` or
+    `custom_line_item`), its amount the given `amount`, else `unit_amount` x `quantity`,
+    else the published line's. Without `lines` the credit note has none. `amount`,
+    `subtotal`, `subtotal_excluding_tax` and `total` are `amount` if given, else the lines'
+    sum; the rest stays as published."""
+    note: dict[str, Any] = published("stripe/objects/credit_note.json")
+    published_lines = {line["type"]: line for line in note["lines"]["data"]}
+    made = []
+    for n, asked in enumerate(lines or []):
+        line = copy.deepcopy(published_lines[asked["type"]])
+        quantity = asked.get("quantity", 1)
+        unit = asked.get("unit_amount")
+        line_amount = asked.get("amount")
+        if line_amount is None:
+            line_amount = unit * quantity if unit is not None else line["amount"]
+        line.update({"id": f"cnli_{credit_note_id.removeprefix('cn_')}{n:02d}",
+                     "amount": line_amount, "quantity": quantity})
+        if asked["type"] == "invoice_line_item":
+            line["invoice_line_item"] = asked["invoice_line_item"]
+        else:
+            line.update({"unit_amount": unit,
+                         "unit_amount_decimal": None if unit is None else str(unit)})
+        for key in ("description", "metadata"):
+            if key in asked:
+                line[key] = asked[key]
+        made.append(line)
+    total = amount if amount is not None else sum(line["amount"] for line in made)
+    note.update({"id": credit_note_id, "created": created, "effective_at": created,
+                 "invoice": invoice, "reason": reason, "metadata": dict(metadata or {}),
+                 "amount": total, "subtotal": total, "subtotal_excluding_tax": total,
+                 "total": total})
+    note["lines"].update({"data": made, "has_more": False,
+                          "url": f"/v1/credit_notes/{credit_note_id}/lines"})
+    note.update(fields)
+    return note
+
+
 def stripe_event(event_type: str, obj: dict[str, Any], *, event_id: str,
                  created: int) -> dict[str, Any]:
     """Stripe's published Event envelope (same keys, same order) around `obj`."""

@@ -29,7 +29,7 @@ import dramatiq
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from webhooks.shared import db, failover, notifications, pausing, queries, wakeups
+from webhooks.shared import calls, db, failover, notifications, pausing, queries, wakeups
 from webhooks.shared.models import SWEEP_HEARTBEAT
 from webhooks.shared.settings import Settings
 
@@ -70,6 +70,7 @@ def sweep(engine: Engine, broker: dramatiq.Broker,
         due_jobs = conn.execute(queries.JobCountDue).scalar_one()
         due_emails = conn.execute(queries.OutboxCountDue).scalar_one()
         due_notifications = conn.execute(queries.NotificationCountDue).scalar_one()
+        due_calls = conn.execute(calls.CallCountDue).scalar_one()
         timeline = failover.record_timeline(conn)
         if beat is not None:
             conn.execute(queries.ClockHeartbeatStamp, {
@@ -99,10 +100,15 @@ def sweep(engine: Engine, broker: dramatiq.Broker,
                                NOTIFICATIONS_PER_WAKEUP)
         woken &= wakeups.wake_notifications(
             broker, wakeups.messages_for(uncovered, NOTIFICATIONS_PER_WAKEUP))
-    if due_jobs or due_emails or due_notifications:
+    if due_calls:
+        per = wakeups.CALLS_PER_MESSAGE
+        uncovered = _uncovered(broker, wakeups.CALLS_QUEUE, due_calls, per)
+        woken &= wakeups.wake_calls(broker, wakeups.messages_for(uncovered, per))
+    if due_jobs or due_emails or due_notifications or due_calls:
         log.info("sweep woke workers",
                  extra={"due_jobs": due_jobs, "due_emails": due_emails,
-                        "due_notifications": due_notifications, "enqueued": woken})
+                        "due_notifications": due_notifications, "due_calls": due_calls,
+                        "enqueued": woken})
     return SweepResult(due_jobs, due_emails, woken, timeline, due_notifications)
 
 

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Engine
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
-from webhooks.console import emails, events, notifications, overview, pauses
+from webhooks.console import calls, emails, events, notifications, overview, pauses
 from webhooks.console.auth import TOKEN_FIELD, Guard
 from webhooks.console.settings import ConsoleSettings
 from webhooks.console.state import Console
@@ -94,6 +94,7 @@ def create_blueprint(engine: Engine, settings: ConsoleSettings, *,
     pauses.register(blueprint)
     events.register(blueprint)
     emails.register(blueprint)
+    calls.register(blueprint)
     notifications.register(blueprint)
     return blueprint
 

@@ -43,6 +43,8 @@ DRAIN_SECONDS = 30.0  # a drain that leaves jobs pending longer: a handler that 
 LOG = logging.getLogger("webhooks")
 EMAILS = "emails queued"  # the snapshot's name for the outbox, compared by key
 EMAIL_COLUMNS = ("idempotency_key", "kind", "to_address", "subject", "text_body", "html_body")
+CALLS = "calls queued"  # and the calls, by key (the kit makes none)
+CALL_COLUMNS = ("key", "target", "method", "path", "params")
 
 
 class KitError(Exception):
@@ -73,7 +75,7 @@ Rows = dict[str, list[tuple[Any, ...]]]
 @dataclass
 class Snapshot:
     """What the apps left: each table's rows (the columns compared, as a sorted list), and
-    the emails queued, by key."""
+    the emails and the calls queued, by key."""
 
     tables: Rows
     columns: dict[str, tuple[str, ...]]
@@ -275,6 +277,8 @@ class Kit:
             for table, columns in self.columns.items():
                 if table == EMAILS:
                     statement = f"SELECT {', '.join(EMAIL_COLUMNS)} FROM outbox"
+                elif table == CALLS:
+                    statement = "SELECT key, target, method, path, params::text FROM calls"
                 else:
                     statement = (f"SELECT {', '.join(_quoted(c) for c in columns)} "
                                  f"FROM {_quoted(table)}")
@@ -325,6 +329,7 @@ class Kit:
             raise KitError(f"--ignore names no column of the apps' tables: "
                            f"{', '.join(sorted(unknown))}")
         found[EMAILS] = EMAIL_COLUMNS
+        found[CALLS] = CALL_COLUMNS
         return found
 
     def ignore(self, columns: Iterable[str]) -> None:
