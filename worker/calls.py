@@ -17,6 +17,9 @@ never sent again: `ambiguous`, with a `call.ambiguous` notification, for an oper
 settle. Any other 4xx is the target's refusal: `failed`, the answer recorded, with a
 `call.failed` notification. A 2xx is `sent`, its answer recorded for `ctx.call_result`.
 
+The outcomes and what follows them are the ones every dispatch shares (worker/dispatch.py:
+`next_step` with the key's lifetime, `rounds`).
+
 Targets: `stripe`, through the `stripe` library's `raw_request` (its retries off: these
 are the retries), with the API key of the event's source and `Stripe-Account` for a
 connected account's event; a `CALL_<N>_URL`, JSON over HTTP(S) with `Idempotency-Key`.
@@ -39,7 +42,7 @@ from webhooks.shared import calls, db, notifications, sources, wakeups
 from webhooks.shared.call_targets import STRIPE, Target
 from webhooks.shared.calls import ClaimedCall
 from webhooks.shared.settings import Settings
-from webhooks.worker import retries
+from webhooks.worker import dispatch, retries
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,6 @@ SEND_DEADLINE_SECONDS = 30.0  # no request starts later than this after the clai
 LOOP_SECONDS = 60.0
 BATCH = wakeups.CALLS_PER_MESSAGE
 RETRYABLE_STATUSES = (409, 429)
-MAX_RETRY_AFTER_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -62,14 +64,15 @@ class Answer:
     error: str | None = None
     retry_after: float = 0.0
 
-    @property
-    def kind(self) -> str:
+    def outcome(self) -> dispatch.Outcome:
+        """2xx: sent; a 4xx other than 409 and 429: refused; anything else: unknown."""
         if self.status is not None and 200 <= self.status < 300:
-            return calls.SENT
+            return dispatch.Sent(self.body)
+        error = self.error or f"HTTP {self.status}: {json.dumps(self.body)[:300]}"
         if self.status is not None and 400 <= self.status < 500 \
                 and self.status not in RETRYABLE_STATUSES:
-            return calls.FAILED
-        return "unknown"
+            return dispatch.Refused(error, self.body)
+        return dispatch.Unknown(error, self.retry_after)
 
 
 @dataclass
@@ -83,13 +86,10 @@ class CallRound:
 
 def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> None:
     """Make due calls, round after round while a round claims any, for at most LOOP_SECONDS;
-    then a fresh message carries on. A retry's wake-up is sent for its time."""
-    deadline = time.monotonic() + LOOP_SECONDS
-    while time.monotonic() < deadline:
-        result = dispatch_due(engine, settings, broker)
-        if result.claimed < BATCH:
-            return
-    wakeups.wake_calls(broker)
+    then a fresh message carries on (worker/dispatch.py `rounds`). A retry's wake-up is
+    sent for its time."""
+    dispatch.rounds(lambda: dispatch_due(engine, settings, broker).claimed, LOOP_SECONDS,
+                    lambda: wakeups.wake_calls(broker))
 
 
 def dispatch_due(engine: Engine, settings: Settings,
@@ -119,31 +119,29 @@ def _one(engine: Engine, settings: Settings, call: ClaimedCall, result: CallRoun
     answer = _send(settings, target, call)
     params = {"id": call.id, "attempts": call.attempts, "status": answer.status,
               "response": json.dumps(answer.body) if answer.body is not None else None}
-    if answer.kind == calls.SENT:
+    found = dispatch.next_step(answer.outcome(), call.attempts, retries.for_calls(settings),
+                               key_age=call.key_age_seconds, lifetime=lifetime)
+    error = found.error or ""
+    if found.step is dispatch.Step.SENT:
         with db.transaction(engine) as conn:
             conn.execute(calls.CallMarkSent, params)
         result.sent += 1
         log.info("call sent", extra=_fields(call, answer))
-        return
-    error = answer.error or f"HTTP {answer.status}: {json.dumps(answer.body)[:300]}"
-    if answer.kind == calls.FAILED:
+    elif found.step is dispatch.Step.FAILED:
         _finished(engine, settings, calls.CallMarkFailed, {**params, "error": error},
                   notifications.Kind.CALL_FAILED, error)
         result.failed += 1
         log.error("call failed: the target refused it", extra=_fields(call, answer))
-        return
-    delay = max(retries.for_jobs(settings).delay(call.attempts),
-                min(answer.retry_after, MAX_RETRY_AFTER_SECONDS))
-    if call.key_age_seconds + delay >= lifetime:
+    elif found.step is dispatch.Step.AMBIGUOUS:
         _ambiguous(engine, settings, call, f"unknown outcome, last: {error}", result)
-        return
-    with db.transaction(engine) as conn:
-        conn.execute(calls.CallMarkRetry, {**params, "delay": delay, "error": error})
-    result.retried += 1
-    log.warning("call outcome unknown, retried with its key",
-                extra={**_fields(call, answer), "delay": round(delay, 2)})
-    if broker is not None:
-        wakeups.wake_calls(broker, delay=delay)
+    else:
+        with db.transaction(engine) as conn:
+            conn.execute(calls.CallMarkRetry, {**params, "delay": found.delay, "error": error})
+        result.retried += 1
+        log.warning("call outcome unknown, retried with its key",
+                    extra={**_fields(call, answer), "delay": round(found.delay, 2)})
+        if broker is not None:
+            wakeups.wake_calls(broker, delay=found.delay)
 
 
 def _ambiguous(engine: Engine, settings: Settings, call: ClaimedCall, error: str,

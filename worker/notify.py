@@ -15,7 +15,8 @@ failing receiver never delays a receipt:
   to be sent again when its lease runs out;
 - a failed attempt is retried with worker/retries.py's backoff (the emails' policy);
   attempts exhausted, or a permanent refusal (a 4xx other than 408 and 429), fail the
-  delivery and the notification, counted by webhooks_notifications_failed_total.
+  delivery and the notification, counted by webhooks_notifications_failed_total: the
+  rule every dispatch shares (worker/dispatch.py `next_step`, its typed outcomes).
 
 Duplicates: a receiver can lose its answer (timeout, a SIGKILL between its 2xx and our
 mark), and then the delivery is sent again, the same message. The generic webhook's
@@ -42,12 +43,12 @@ from sqlalchemy.engine import Engine
 from standardwebhooks.webhooks import Webhook
 
 from webhooks.shared import db, metrics, queries, wakeups
-from webhooks.shared.errors import EmailOutcomeUnknown, EmailRejected
+from webhooks.shared.errors import EmailOutcomeUnknown
 from webhooks.shared.models import Channel
 from webhooks.shared.notifications import Message
 from webhooks.shared.queries import ClaimedDelivery
 from webhooks.shared.settings import Settings
-from webhooks.worker import postmark, retries
+from webhooks.worker import dispatch, postmark, retries
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +59,6 @@ CLAIM_LIMIT = 20
 TIMEOUT = (3.0, 10.0)  # connect, read
 RETRYABLE_STATUSES = frozenset({408, 429})
 USER_AGENT = "webhooks-notifications"
-
-
-@dataclass(frozen=True)
-class DeliveryAttempt:
-    """One attempt's result: sent, or an error that is permanent or worth a retry."""
-
-    sent: bool
-    error: str | None = None
-    permanent: bool = False
-
-
-SENT = DeliveryAttempt(True)
 
 
 @dataclass
@@ -83,15 +72,9 @@ class NotificationRound:
 
 def on_wakeup(engine: Engine, settings: Settings, broker: dramatiq.Broker) -> None:
     """Dispatch due deliveries, round after round while a round claims any, for at most
-    LOOP_SECONDS; then a fresh message carries on."""
-    deadline = time.monotonic() + LOOP_SECONDS
-    while True:
-        result = dispatch_due(engine, settings)
-        if not result.claimed:
-            return
-        if time.monotonic() > deadline:
-            wakeups.wake_notifications(broker)
-            return
+    LOOP_SECONDS; then a fresh message carries on (worker/dispatch.py `rounds`)."""
+    dispatch.rounds(lambda: dispatch_due(engine, settings).claimed, LOOP_SECONDS,
+                    lambda: wakeups.wake_notifications(broker))
 
 
 def dispatch_due(engine: Engine, settings: Settings, limit: int = CLAIM_LIMIT, *,
@@ -130,22 +113,22 @@ def _claim(engine: Engine, limit: int) -> tuple[list[ClaimedDelivery], dict[str,
 
 
 def _mark(engine: Engine, policy: retries.Retries, delivery: ClaimedDelivery,
-          outcome: DeliveryAttempt | None, result: NotificationRound) -> None:
+          outcome: dispatch.Outcome | None, result: NotificationRound) -> None:
     """One delivery's outcome (None: not attempted in time, given back), and the
-    notification's status after it, in one short transaction."""
+    notification's status after it, in one short transaction. What follows the outcome
+    is worker/dispatch.py's one rule (`next_step`)."""
     guard = {"id": delivery.notification_id, "channel": delivery.channel,
              "attempts": delivery.attempts}
-    if outcome is None:
-        status, statement = "released", queries.NotificationDeliveryMarkRetry
-        params = {**guard, "delay": 0, "error": "not attempted: the dispatcher ran out of time"}
-    elif outcome.sent:
-        status, statement, params = "sent", queries.NotificationDeliveryMarkSent, guard
-    elif outcome.permanent or policy.exhausted(delivery.attempts):
-        status, statement = "failed", queries.NotificationDeliveryMarkFailed
-        params = {**guard, "error": outcome.error}
-    else:
-        status, statement = "retried", queries.NotificationDeliveryMarkRetry
-        params = {**guard, "delay": policy.delay(delivery.attempts), "error": outcome.error}
+    found = dispatch.next_step(outcome, delivery.attempts, policy)
+    status = str(found.step)
+    if found.step is dispatch.Step.SENT:
+        statement, params = queries.NotificationDeliveryMarkSent, guard
+    elif found.step is dispatch.Step.FAILED:
+        statement = queries.NotificationDeliveryMarkFailed
+        params = {**guard, "error": found.error}
+    else:  # retried, or released (no delay)
+        statement = queries.NotificationDeliveryMarkRetry
+        params = {**guard, "delay": found.delay, "error": found.error}
     with db.transaction(engine) as conn:
         if conn.execute(statement, params).rowcount != 1:
             log.warning("notification delivery re-claimed by another dispatcher; outcome "
@@ -189,7 +172,7 @@ class _Channels:
                  sender: postmark.Sender) -> None:
         self.settings, self.post, self.sender = settings, post, sender
 
-    def send(self, delivery: ClaimedDelivery, message: Message) -> DeliveryAttempt:
+    def send(self, delivery: ClaimedDelivery, message: Message) -> dispatch.Outcome:
         try:
             if delivery.channel == Channel.SLACK:
                 return self.slack(message)
@@ -198,20 +181,19 @@ class _Channels:
             if delivery.channel == Channel.EMAIL:
                 return self.email(message, delivery.attempts)
         except requests.RequestException as error:
-            return DeliveryAttempt(False, f"{type(error).__name__}: {error}"[:500])
-        return DeliveryAttempt(False, f"channel {delivery.channel} is not configured",
-                               permanent=True)
+            return dispatch.Unknown(f"{type(error).__name__}: {error}"[:500])
+        return dispatch.Refused(f"channel {delivery.channel} is not configured")
 
-    def slack(self, message: Message) -> DeliveryAttempt:
+    def slack(self, message: Message) -> dispatch.Outcome:
         url = self.settings.notify_slack_webhook_url
         if not url:
-            return DeliveryAttempt(False, "NOTIFY_SLACK_WEBHOOK_URL is unset", permanent=True)
+            return dispatch.Refused("NOTIFY_SLACK_WEBHOOK_URL is unset")
         return _answer(self.post(url, json={"text": message.slack_text}, timeout=TIMEOUT))
 
-    def webhook(self, message: Message) -> DeliveryAttempt:
+    def webhook(self, message: Message) -> dispatch.Outcome:
         url, secret = self.settings.notify_webhook_url, self.settings.notify_webhook_secret
         if not url or not secret:
-            return DeliveryAttempt(False, "NOTIFY_WEBHOOK_URL is unset", permanent=True)
+            return dispatch.Refused("NOTIFY_WEBHOOK_URL is unset")
         body = json.dumps(message.webhook_body(), separators=(",", ":"))
         now = datetime.now(UTC)
         headers = {
@@ -223,33 +205,33 @@ class _Channels:
         }
         return _answer(self.post(url, data=body.encode(), headers=headers, timeout=TIMEOUT))
 
-    def email(self, message: Message, attempts: int) -> DeliveryAttempt:
+    def email(self, message: Message, attempts: int) -> dispatch.Outcome:
         to = self.settings.notify_email_to
         if not to:
-            return DeliveryAttempt(False, "NOTIFY_EMAIL_TO is unset", permanent=True)
+            return dispatch.Refused("NOTIFY_EMAIL_TO is unset")
         key = f"notification:{message.id}"
         if attempts > 1:  # an earlier attempt's outcome is unknown: Postmark may have it
             try:
-                if self.sender.find_sent(key) is not None:
-                    return SENT
+                if (found := self.sender.find_sent(key)) is not None:
+                    return dispatch.Sent(found)
             except EmailOutcomeUnknown as error:
-                return DeliveryAttempt(False, str(error))
-        outcome = self.sender.send([postmark.OutboundEmail(
+                return dispatch.Unknown(str(error))
+        outcome = postmark.as_outcome(self.sender.send([postmark.OutboundEmail(
             idempotency_key=key, to=to, subject=message.subject, text_body=message.text,
-            html_body="")])[0]
-        if isinstance(outcome, postmark.Sent):
-            return SENT
-        return DeliveryAttempt(False, str(outcome), permanent=isinstance(outcome, EmailRejected))
+            html_body="")])[0], str)
+        assert outcome is not None  # a send's outcome is never "not attempted"
+        return outcome
 
 
-def _answer(response: requests.Response) -> DeliveryAttempt:
+def _answer(response: requests.Response) -> dispatch.Outcome:
     """2xx: sent; a 4xx other than 408 and 429: refused for good; anything else: retry."""
     status = response.status_code
     if 200 <= status < 300:
-        return SENT
+        return dispatch.Sent(status)
     error = f"HTTP {status}: {response.text[:200]}"
-    return DeliveryAttempt(False, error, permanent=400 <= status < 500
-                           and status not in RETRYABLE_STATUSES)
+    if 400 <= status < 500 and status not in RETRYABLE_STATUSES:
+        return dispatch.Refused(error)
+    return dispatch.Unknown(error)
 
 
 _sessions = threading.local()

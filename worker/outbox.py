@@ -1,5 +1,9 @@
 """Dispatch outbox emails through Postmark, once per idempotency key. The transitions
-are shared.models.EmailStatus's; a claim leases a row for LEASE_SECONDS.
+are shared.models.EmailStatus's; a claim leases a row for LEASE_SECONDS. What follows each
+outcome (sent, failed, retried, released) is the rule every dispatch shares
+(worker/dispatch.py `next_step`); what is the outbox's own is below: one Postmark request
+per claimed batch, the search before a send whose earlier outcome is unknown, and one
+dispatch loop per process.
 
 No database transaction is open during an HTTP call: the claim commits first, and the
 outcomes are written in a second short transaction. Every mark is guarded by the attempt
@@ -50,7 +54,7 @@ from webhooks.shared import db, failover, metrics, notifications, queries, traci
 from webhooks.shared.errors import EmailOutcomeUnknown, EmailRejected, describe
 from webhooks.shared.queries import ClaimedEmail
 from webhooks.shared.settings import Settings
-from webhooks.worker import postmark, retries
+from webhooks.worker import dispatch, postmark, retries
 from webhooks.worker.postmark import OutboundEmail, Outcome, Sender, Sent
 
 log = logging.getLogger(__name__)
@@ -249,20 +253,19 @@ def _mark_sent(conn: Connection, rows: Sequence[ClaimedEmail],
 
 def _mark(conn: Connection, policy: retries.Retries, row: ClaimedEmail,
           outcome: EmailRejected | EmailOutcomeUnknown | None) -> tuple[str, dict[str, Any]] | None:
-    """Apply one outcome other than sent, guarded by the attempt we claimed; None if the
-    guard failed."""
+    """Apply one outcome other than sent (None: never reached before the deadline, given
+    back now), guarded by the attempt we claimed; None if the guard failed. What follows
+    the outcome is worker/dispatch.py's one rule (`next_step`)."""
     guard = {"id": row.id, "attempts": row.attempts}
+    found = dispatch.next_step(postmark.as_outcome(outcome), row.attempts, policy)
+    status = str(found.step)
     statement: sa.TextClause
-    if outcome is None:  # never reached before the deadline: give it back now
-        status, statement = "released", queries.OutboxMarkRetry
-        params = {**guard, "delay": 0, "error": "not attempted: the dispatcher ran out of time"}
-    elif isinstance(outcome, EmailRejected) or policy.exhausted(row.attempts):
-        status, statement = "failed", queries.OutboxMarkFailed
-        params = {**guard, "error": describe(outcome)}
-    else:
-        delay = policy.delay(row.attempts)
-        status, statement = "retried", queries.OutboxMarkRetry
-        params = {**guard, "delay": delay, "error": describe(outcome)}
+    params: dict[str, Any]
+    if found.step is dispatch.Step.FAILED:
+        statement, params = queries.OutboxMarkFailed, {**guard, "error": found.error}
+    else:  # retried, or released (no delay)
+        statement = queries.OutboxMarkRetry
+        params = {**guard, "delay": found.delay, "error": found.error}
     updated = conn.execute(statement, params).rowcount
     return (status, params) if updated == 1 else None
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,8 +27,9 @@ import requests
 from postmarker.core import PostmarkClient
 from postmarker.exceptions import PostmarkerException
 
-from webhooks.shared.errors import EmailOutcomeUnknown, EmailRejected
+from webhooks.shared.errors import EmailOutcomeUnknown, EmailRejected, describe
 from webhooks.shared.settings import Settings
+from webhooks.worker import dispatch
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,17 @@ class Sent:
 
 
 Outcome = Sent | EmailRejected | EmailOutcomeUnknown
+
+
+def as_outcome(outcome: Outcome | None,
+               text: Callable[[BaseException], str] = describe) -> dispatch.Outcome | None:
+    """A Postmark outcome as every dispatch's (worker/dispatch.py): sent, with its message
+    id; refused; or unknown, each error as `text` writes it. None stays None (no attempt)."""
+    if outcome is None or isinstance(outcome, Sent):
+        return None if outcome is None else dispatch.Sent(outcome.message_id)
+    if isinstance(outcome, EmailRejected):
+        return dispatch.Refused(text(outcome))
+    return dispatch.Unknown(text(outcome))
 
 
 class Sender(Protocol):

@@ -43,6 +43,15 @@ def for_emails(settings: Settings) -> Retries:
                    EMAIL_MIN_DELAY_SECONDS)
 
 
+def for_calls(settings: Settings) -> Retries:
+    """The jobs' base delay, and no limit on attempts: a call's retries end with its key's
+    lifetime (worker/dispatch.py `next_step`), not with a count."""
+    return Retries(UNLIMITED, settings.job_retry_base_seconds)
+
+
+UNLIMITED = 2**31 - 1
+
+
 def retry_delay(attempts: int, base: float, rng: random.Random | None = None) -> float:
     """Seconds before attempt `attempts + 1`: base doubling per attempt, ±20% jitter,
     capped at an hour."""

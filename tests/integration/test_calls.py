@@ -26,7 +26,7 @@ from webhooks.shared import calls, handlers
 from webhooks.shared.call_targets import Target
 from webhooks.shared.settings import Settings
 from webhooks.worker import calls as dispatcher
-from webhooks.worker import jobs
+from webhooks.worker import dispatch, jobs
 
 
 class Receiver(ThreadingHTTPServer):
@@ -247,9 +247,11 @@ def test_the_console_lists_the_ambiguous_calls(
 
 
 @pytest.mark.parametrize("status, kind", [
-    (200, "sent"), (201, "sent"), (400, "failed"), (404, "failed"), (422, "failed"),
-    (409, "unknown"), (429, "unknown"), (500, "unknown"), (503, "unknown"), (None, "unknown")])
-def test_what_an_answer_says_of_a_call(status: int | None, kind: str) -> None:
+    (200, dispatch.Sent), (201, dispatch.Sent), (400, dispatch.Refused),
+    (404, dispatch.Refused), (422, dispatch.Refused), (409, dispatch.Unknown),
+    (429, dispatch.Unknown), (500, dispatch.Unknown), (503, dispatch.Unknown),
+    (None, dispatch.Unknown)])
+def test_what_an_answer_says_of_a_call(status: int | None, kind: type) -> None:
     """A 409 is the key's first request still in flight, a 429 a limit: both unknown, like
     a 5xx or no answer; retried with the key. Any other 4xx is the target's refusal."""
-    assert dispatcher.Answer(status).kind == kind
+    assert isinstance(dispatcher.Answer(status).outcome(), kind)
