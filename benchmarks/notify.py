@@ -92,7 +92,9 @@ def main() -> None:
     target = stack.prepare(args.admin_url, name, "redis://127.0.0.1:6379/3",
                            stack.ROOT / ".bench-logs")
     engine = target.engine()
-    base = Settings.from_env({"DATABASE_URL": target.database_url, "JOB_MAX_ATTEMPTS": "1"})
+    # This module is the app whose handlers the jobs run (only the named apps' handlers run).
+    base = Settings.from_env({"DATABASE_URL": target.database_url, "JOB_MAX_ATTEMPTS": "1",
+                              "WEBHOOK_HANDLERS": "benchmarks.notify"})
     channels = dataclasses.replace(
         base, notify_slack_webhook_url="http://127.0.0.1:9/slack",
         notify_email_to="oncall@example.com", notify_webhook_url="http://127.0.0.1:9/hook",

@@ -845,8 +845,10 @@ def check_handlers(files: tuple[str, ...], provider: str, count: int, seed: int 
     opens a network connection (docs/testing-your-app.md). On a database of its own:
     created on DATABASE_URL's server, else on an embedded Postgres; dropped at the end."""
     settings = load_settings()
+    from webhooks import testing
+
     try:
-        from webhooks import testing
+        import hypothesis  # noqa: F401 - the kit draws its schedules with it
     except ImportError as error:
         fail(f"the test kit needs the `testing` extra (pip install "
              f"'webhooks-exactly-once[testing]'): {error}", 2)

@@ -13,10 +13,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, find
-from hypothesis import settings as hypothesis_settings
-from hypothesis.errors import NoSuchExample
-
 from webhooks.testing import schedules
 from webhooks.testing.events import Event
 from webhooks.testing.kit import Kit, KitError, Reached, Snapshot, describe_rows
@@ -100,6 +96,10 @@ def check(kit: Kit, events: list[Event], *, schedules_count: int = SCHEDULES,
     """The reference, then up to `schedules_count` schedules drawn from `seed`. A failing
     schedule is made shorter in at most `shrink_runs` more runs (a count, so that a seed
     draws the same report again), within `shrink_seconds` whatever the count."""
+    from hypothesis import HealthCheck, Phase, find  # the testing extra's
+    from hypothesis import settings as hypothesis_settings
+    from hypothesis.errors import NoSuchExample
+
     seed = random.SystemRandom().randrange(2**32) if seed is None else seed
     started = time.monotonic()
     result = Result(events, seed, schedules_count, 0.0, kit.columns, kit.left_out())

@@ -25,11 +25,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import partial
-
-from hypothesis import strategies as st
+from typing import TYPE_CHECKING
 
 from webhooks.testing.events import Event
 from webhooks.testing.kit import Kit
+
+if TYPE_CHECKING:  # Hypothesis is the testing extra's: imported where schedules are drawn
+    from hypothesis import strategies as st
 
 
 class How(StrEnum):
@@ -111,6 +113,7 @@ def schedules(count: int) -> st.SearchStrategy[Schedule]:
     of each, in order, delivered once, nothing run before the end, no fault). A first
     delivery lands near its event's place, a retry anywhere after it: the order of
     deliveries real providers produce (the events of one moment swapped, retries late)."""
+    from hypothesis import strategies as st
 
     @st.composite
     def draw(data: st.DrawFn) -> Schedule:
