@@ -29,7 +29,7 @@ from idle workers.
 Before its handler, a job takes its provider's step, when the provider's record has one
 (shared/providers/base.py Provider.before_handler; Stripe's: the source's livemode policy,
 then a thin event's fetch). The step may give the payload the handler applies, or end the
-job done with no effect (Refused), or fail (NotReady): that job's failed attempt, recorded
+job done with no effect (NoEffect), or fail (NotReady): that job's failed attempt, recorded
 in the batch, and the batch carries on without it.
 
 Every statement that marks a job (done, retry, failed) also writes its event's search
@@ -67,7 +67,7 @@ from webhooks.shared import (
     wakeups,
 )
 from webhooks.shared.errors import DatabaseUnavailable, PermanentJobError, describe
-from webhooks.shared.providers.base import NotReady, PendingJob, Refused
+from webhooks.shared.providers.base import NoEffect, NotReady, PendingJob
 from webhooks.shared.queries import ClaimedJob
 from webhooks.shared.settings import Settings
 from webhooks.worker import outbox, retries
@@ -291,7 +291,7 @@ def _attempt(conn: Connection, settings: Settings, row: ClaimedJob,
     except NotReady as error:
         _after_error(conn, settings, row, error, result, _log_fields(row))
         return None
-    if isinstance(prepared, Refused):
+    if isinstance(prepared, NoEffect):
         log.debug(prepared.why, extra={**_log_fields(row), **prepared.fields})
         return _Applied(row, prepared.outcome, 0)
     return _run_handler(conn, settings, row._replace(payload=prepared))

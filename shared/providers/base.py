@@ -134,7 +134,7 @@ class PendingJob:
 
 
 @dataclass(frozen=True)
-class Refused:
+class NoEffect:
     """A job done with no effect by its provider's policy: `outcome` is its job's outcome,
     `why` and `fields` its DEBUG log line."""
 
@@ -154,7 +154,7 @@ Sign = Callable[[bytes, str, float], dict[str, str]]
 # or type travel outside the body (`webhooks check-handlers` replays recorded events).
 SignAs = Callable[[bytes, str, float, str, str], dict[str, str]]
 # The payload the handler applies, or the job done with no effect; NotReady: try again.
-BeforeHandler = Callable[[PendingJob], "Any | Refused"]
+BeforeHandler = Callable[[PendingJob], "Any | NoEffect"]
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ from webhooks.shared.providers import stripe_thin
 from webhooks.shared.providers.base import (
     Delivery,
     Headers,
+    NoEffect,
     Option,
     PendingJob,
     Provider,
-    Refused,
     SecretFormat,
     Source,
     check_timestamp,
@@ -225,7 +225,7 @@ def events_api(source: Source, api_base: str) -> EventsAPI:
     return stripe_events.StripeEvents(api_key, api_base)
 
 
-def before_handler(job: PendingJob) -> Any | Refused:
+def before_handler(job: PendingJob) -> Any | NoEffect:
     """A job done with no effect when its event's livemode is one its source does not
     accept: Stripe sends test-mode events of connected accounts to live Connect endpoints,
     and such an event must never credit the live ledger. Decided from the row's `livemode`
@@ -236,7 +236,7 @@ def before_handler(job: PendingJob) -> Any | Refused:
     source = job.source
     policy = LIVEMODE.of(source) if source is not None else Livemode.ANY
     if source is not None and not policy.accepts(job.livemode):
-        return Refused(f"{LIVEMODE_REFUSED} {str(job.livemode).lower()} refused by source "
+        return NoEffect(f"{LIVEMODE_REFUSED} {str(job.livemode).lower()} refused by source "
                        f"{source.label} (livemode {policy})",
                        "event's livemode refused by its source, no effect",
                        {"source": source.label, "livemode": job.livemode,

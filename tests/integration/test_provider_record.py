@@ -26,10 +26,10 @@ from webhooks.shared.providers.base import (
     Delivery,
     Headers,
     HmacScheme,
+    NoEffect,
     Option,
     PendingJob,
     Provider,
-    Refused,
     SecretFormat,
     Source,
     header,
@@ -96,7 +96,7 @@ def before_handler(job: PendingJob) -> Any:
     reach the handler with their source's region."""
     region = REGION.of(job.source) if job.source is not None else REGION.default
     if job.payload.get("region", region) != region:
-        return Refused(f"no effect: region {job.payload['region']}", "another region's event")
+        return NoEffect(f"no effect: region {job.payload['region']}", "another region's event")
     return {**job.payload, "served_by": region}
 
 
