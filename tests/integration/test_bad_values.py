@@ -50,6 +50,7 @@ BAD_VALUES: dict[str, str] = {
     "GITHUB_API_BASE": "https://[::1",
     "GITHUB_HOOKS": "repos/acme",
     "RECONCILE_INTERVAL_SECONDS": "hourly",
+    "CALL_STRIPE_KEY_HOURS": "0",
     "RECONCILE_AFTER_FAILOVER_HOURS": "-1",
     "AUDIT_INTERVAL_SECONDS": "-1",
     "TRUSTED_PROXIES": "33",
@@ -87,6 +88,10 @@ SOURCE_BAD_VALUES: dict[str, tuple[str, dict[str, str]]] = {
     "STRIPE_CONNECT_LIVEMODE": ("sometimes", CONNECT),
     "GITHUB_ORG_HOOKS": ("repos/acme", {"GITHUB_SOURCES": "org",
                                         "GITHUB_ORG_WEBHOOK_SECRET": "s"}),
+    # A call target's variables (CALL_<N>_*: the names are the operator's).
+    "CALL_CRM_URL": ("crm.example.com", {}),
+    "CALL_CRM_KEY_HOURS": ("a day", {"CALL_CRM_URL": "https://crm.example.com"}),
+    "CALL_STRIPE_URL": ("https://api.stripe.com", {}),
 }
 # Variables any text is valid for: tokens, passwords, names, paths, the HMAC secrets.
 ANY_TEXT = {declared.name for declared in variables.declarations(Settings, ConsoleSettings)
