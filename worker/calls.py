@@ -27,7 +27,6 @@ connected account's event; a `CALL_<N>_URL`, JSON over HTTP(S) with `Idempotency
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -208,18 +207,12 @@ def _stripe(settings: Settings, call: ClaimedCall, params: dict[str, Any]) -> An
     return Answer(response.code, json.loads(response.body))
 
 
-@functools.lru_cache(maxsize=16)
 def _stripe_client(api_key: str, api_base: str) -> Any:
-    """One client per key and base: its requests bounded by TIMEOUT_SECONDS (well inside
-    the lease) and within the process's one Stripe budget (stripe_budget), its own
-    retries off (these are the retries)."""
-    import stripe as stripe_sdk
+    """The process's client for the key and base, its requests bounded by TIMEOUT_SECONDS
+    (well inside the lease), within the process's one Stripe budget."""
+    from webhooks.shared.providers import stripe_budget  # the stripe library: a slow import
 
-    from webhooks.shared.providers import stripe_budget
-
-    return stripe_sdk.StripeClient(api_key, base_addresses={"api": api_base},
-                                   max_network_retries=0,
-                                   http_client=stripe_budget.http_client(TIMEOUT_SECONDS))
+    return stripe_budget.client(api_key, api_base, TIMEOUT_SECONDS)
 
 
 def _retry_after(headers: Any) -> float:

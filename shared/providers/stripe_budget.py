@@ -15,6 +15,7 @@ an immediate retry; the library's own retries go through the bucket too.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any
@@ -62,3 +63,12 @@ def http_client(timeout: float | None = None) -> stripe_sdk.RequestsClient:
     if timeout is None:
         return BudgetedRequestsClient()
     return BudgetedRequestsClient(timeout=timeout)
+
+
+@functools.lru_cache(maxsize=16)
+def client(api_key: str, api_base: str, timeout: float) -> stripe_sdk.StripeClient:
+    """One StripeClient per key, base and timeout in a process (the thin-event fetches',
+    the calls'): its HTTP connections reused, its requests within the process's budget,
+    the library's own retries off (the caller's are the retries)."""
+    return stripe_sdk.StripeClient(api_key, base_addresses={"api": api_base},
+                                   max_network_retries=0, http_client=http_client(timeout))

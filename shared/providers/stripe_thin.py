@@ -30,7 +30,6 @@ JSON is kept as Stripe served it (`raw_request`, not the library's objects, whic
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -126,14 +125,8 @@ def _segment(event_id: str) -> str:
     return quote(event_id, safe="")
 
 
-@functools.lru_cache(maxsize=8)
 def _client(api_key: str, api_base: str, timeout: float) -> stripe_sdk.StripeClient:
-    """One client per key and base in a process: its HTTP connections are reused, its
-    requests within the process's one Stripe budget (shared/providers/stripe_budget.py)."""
-    import stripe as stripe_sdk  # the library: a slow import, in the first fetch only
+    """The process's client for the key and base (shared/providers/stripe_budget.py)."""
+    from webhooks.shared.providers import stripe_budget  # the library: a slow import
 
-    from webhooks.shared.providers import stripe_budget
-
-    return stripe_sdk.StripeClient(
-        api_key, base_addresses={"api": api_base}, max_network_retries=0,
-        http_client=stripe_budget.http_client(timeout))
+    return stripe_budget.client(api_key, api_base, timeout)
