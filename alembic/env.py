@@ -49,11 +49,21 @@ def run_migrations_online() -> None:
 def _run(connection: sa.Connection) -> None:
     # The search_path's first schema, created if missing: the tables and the version table
     # go there (webhooks/migrate.py "Where the tables go").
-    from webhooks.migrate import schema_for_tables
+    from webhooks.migrate import partition_names, schema_for_tables
 
     schema_for_tables(connection, version_table)
+    partitions: set[str] = set()
+
+    def include_name(name: str | None, kind: str, parents: object) -> bool:
+        # Partitions are compared through their partitioned tables (read when autogenerate
+        # compares: `alembic check`, never while migrating).
+        if kind == "table" and not partitions:
+            partitions.update(partition_names(connection) or {""})
+        return not (kind == "table" and name in partitions)
+
     context.configure(connection=connection, target_metadata=target_metadata,
-                      version_table=version_table, compare_type=True)
+                      version_table=version_table, compare_type=True,
+                      include_name=include_name)
     with context.begin_transaction():
         # Several `release` processes may start at once: let one migrate at a time.
         connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('webhooks:migrate'))"))

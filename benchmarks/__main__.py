@@ -1,5 +1,5 @@
 """`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers|search|reconcile|
-scaleout|scaleout-quota|growth|claim|overview|kit|calls]`.
+scaleout|scaleout-quota|growth|retention|claim|overview|kit|calls|upgrade]`.
 
 Prints throughput, latency, the ratio to pgbench running the same SQL, end-to-end delay,
 peak RSS per process and idle CPU, and saves them with the concurrency chart (results/README.md):
@@ -17,8 +17,14 @@ groups side by side, with the CPU each process kind spent per job. `--only scale
 (part of a full run and, tiny, of --smoke) drains it with one to four groups each held to
 `--quota` of a core by a cgroup (as root, where cgroup v1's cpu controller is mounted;
 otherwise skipped with the reason), Postgres unlimited. `--only growth`
-(benchmarks/growth.py) measures the ingest and the drain with 10,000, 100,000 and 1,000,000
-finished events already recorded; like search, it is not part of a full run.
+(benchmarks/growth.py) measures the ingest and the drain with 0, 3 and 30 days of history
+(1,000,000 and 10,000,000 finished events, each day in its partitions) against an empty
+database beside, in alternated pairs; like search, it is not part of a full run.
+`--only retention` (benchmarks/retention.py; tiny in --smoke, not part of a full run: it
+fills a million-event day three times) times a prune of one day by dropping its
+partitions against the previous release's row deletes of the same rows (seconds, WAL
+bytes), the ingest's p99 during a prune against without, and the dedup keys' bytes per
+event kept.
 `--only claim` (benchmarks/claim.py; part of a full run and, small, of --smoke) times the
 worker's claim with 20,000 jobs of a paused provider at the head of the queue, held, against
 none paused. `--only overview` (benchmarks/overview.py; tiny in --smoke) times the console's
@@ -30,6 +36,10 @@ the worker's CPU per job whose handler queues one call to another API against on
 queues one email (2,000 jobs each), and calls made per second by the call dispatch against
 the fake Stripe API (within the process's Stripe request budget, and with it lifted) beside
 emails sent per second by the outbox against the fake Postmark (one thread, then two).
+`--only upgrade` (benchmarks/upgrade.py; tiny in --smoke, not part of a full run: it loads a
+million events) runs migration 0023 on a database of the previous release while
+deliveries arrive through the previous release's statements, then the current ones: each
+step's time, the deliveries' latency in each, and any delivery that failed.
 Never fails on a threshold: the numbers are for reading, the targets are printed next to them.
 """
 
@@ -53,10 +63,12 @@ from benchmarks import (
     overview,
     reconcile,
     report,
+    retention,
     scaleout,
     scenarios,
     search,
     stack,
+    upgrade,
 )
 
 TARGETS = {"ingest_rps": 3000, "ingest_p99_ms": 20, "worker_jobs_per_s": 2000,
@@ -64,7 +76,8 @@ TARGETS = {"ingest_rps": 3000, "ingest_p99_ms": 20, "worker_jobs_per_s": 2000,
            "scaleout_2_over_1": scaleout.TARGET_TWO_OVER_ONE,
            "scaleout_quota_2_over_1": scaleout.TARGET_QUOTA_TWO_OVER_ONE}
 SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers", "search", "reconcile", "scaleout",
-             "scaleout-quota", "growth", "claim", "overview", "kit", "calls")
+             "scaleout-quota", "growth", "retention", "claim", "overview", "kit", "calls",
+             "upgrade")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.seconds:
         plan = replace(plan, ingest_seconds=args.seconds, e2e_seconds=args.seconds)
     chosen = args.only or (["ingest", "worker", "e2e", "search", "reconcile", "scaleout",
-                            "scaleout-quota", "claim", "overview", "kit", "calls"] if args.smoke
+                            "scaleout-quota", "claim", "overview", "kit", "calls",
+                            "upgrade", "retention"] if args.smoke
                            else ["ingest", "sweep", "worker", "e2e", "reconcile", "scaleout",
                                  "scaleout-quota", "claim", "kit", "calls"])
     logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-"))
@@ -102,10 +116,14 @@ def main(argv: list[str] | None = None) -> int:
             scaleout.print_summary(results[scenario])
         elif scenario == "growth":
             growth.print_summary(results[scenario], TARGETS)
+        elif scenario == "retention":
+            retention.print_summary(results[scenario])
         elif scenario == "kit":
             kit.print_summary(results[scenario])
         elif scenario == "calls":
             calls.print_summary(results[scenario])
+        elif scenario == "upgrade":
+            upgrade.print_summary(results[scenario])
         elif scenario not in ("claim", "overview"):  # these print their own summary
             report.print_scenario(scenario, results[scenario], TARGETS)
     results["load_average_end"] = stack.load_average()
@@ -177,10 +195,14 @@ def _run(scenario: str, target: stack.Target, plan: scenarios.Plan,
         return overview.run(target, **(overview.SMOKE if args.smoke else {}))
     if scenario == "growth":
         return growth.run(target, plan, growth.SMOKE if args.smoke else growth.Plan())
+    if scenario == "retention":
+        return retention.run(target, retention.SMOKE if args.smoke else retention.Plan())
     if scenario == "kit":
         return kit.run(target, **(kit.SMOKE if args.smoke else {}))
     if scenario == "calls":
         return calls.run(target, **(calls.SMOKE if args.smoke else {}))
+    if scenario == "upgrade":
+        return upgrade.run(target, **(upgrade.SMOKE if args.smoke else {}))
     return scenarios.servers(target, plan, report.server_candidates())
 
 
@@ -188,7 +210,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--smoke", action="store_true",
                         help="a few-second run of ingest, worker, e2e, search, reconcile, "
-                             "scaleout, scaleout-quota, claim, overview, kit and calls (CI)")
+                             "scaleout, scaleout-quota, claim, overview, kit, calls, "
+                             "upgrade and retention (CI)")
     parser.add_argument("--only", action="append", choices=SCENARIOS,
                         help="run only this scenario (repeatable)")
     parser.add_argument("--admin-url", default=os.environ.get(

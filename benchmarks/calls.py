@@ -81,8 +81,9 @@ SMOKE = {"jobs": 100, "calls": 40, "budgeted": 20, "rounds": 1}
 WARM_UP = 20  # jobs of each kind, and calls and emails, run once before any measure
 KINDS = ("nothing", "email", "call")
 EVENT_TYPES = {kind: f"bench.calls.{kind}" for kind in KINDS}
-TABLES = ("calls", "outbox", "jobs", "webhook_events", "event_search", "notifications",
-          "notification_deliveries", "notification_windows", "notification_health")
+TABLES = ("calls", "outbox", "jobs", "webhook_events", "webhook_dedup", "event_search",
+          "notifications", "notification_deliveries", "notification_windows",
+          "notification_health")
 LOG = logging.getLogger("webhooks")
 
 
@@ -241,8 +242,9 @@ def _seed(engine: Engine, kind: str, count: int, tag: str) -> None:
             FROM generate_series(1, :count) AS n
         """), {"tag": tag, "type": EVENT_TYPES[kind], "count": count})
         conn.execute(sa.text("""
-            INSERT INTO jobs (provider, source, event_id, event_type)
-            SELECT provider, source, event_id, event_type FROM webhook_events ORDER BY id
+            INSERT INTO jobs (provider, source, event_id, event_type, created_at)
+            SELECT provider, source, event_id, event_type, received_at FROM webhook_events
+            ORDER BY id
         """))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("VACUUM ANALYZE jobs, webhook_events"))

@@ -40,9 +40,9 @@ def seed(conn: Any, per_provider: int) -> None:
                            'customer', 'cus_' || (n % 1000), 'currency', 'usd')))
             FROM generate_series(1, :n) AS n"""), {"p": provider, "n": per_provider})
         conn.execute(sa.text("""
-            INSERT INTO jobs (provider, source, event_id, event_type)
-            SELECT provider, source, event_id, event_type FROM webhook_events WHERE provider = :p
-            ORDER BY id"""), {"p": provider})
+            INSERT INTO jobs (provider, source, event_id, event_type, created_at)
+            SELECT provider, source, event_id, event_type, received_at FROM webhook_events
+            WHERE provider = :p ORDER BY id"""), {"p": provider})
     conn.execute(sa.text("ANALYZE"))
 
 

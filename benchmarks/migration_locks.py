@@ -4,11 +4,11 @@ database of a given size, while deliveries keep arriving.
 On a database of its own: the migrations up to `--before`, then `--events` events with
 their jobs (GitHub and Shopify deliveries, each with its body digest, payloads of about
 1 KB), ANALYZE and a CHECKPOINT; then `--writers` threads record deliveries through the
-ingest's own `record_event` for a baseline second and on through `alembic upgrade
---revision`. Reported: the migration's time and each of its statements' times, the locks
-it held on webhook_events and jobs (pg_locks, sampled every few milliseconds), the longest
-any other backend waited for a lock on them, and the writers' acknowledgement latency
-before and during the migration.
+ingest's statements (the release before 0023's: benchmarks/previous_release.py) for a
+baseline second and on through `alembic upgrade --revision`. Reported: the migration's
+time and each of its statements' times, the locks it held on webhook_events and jobs
+(pg_locks, sampled every few milliseconds), the longest any other backend waited for a lock
+on them, and the writers' acknowledgement latency before and during the migration.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from alembic.config import Config
 from sqlalchemy.engine import Engine
 
 from benchmarks import load, report, stack
-from webhooks.shared import recording
+from benchmarks.previous_release import previous_record
 from webhooks.shared.db import sqlalchemy_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def measure(url: str, events: int, before: str, revision: str, writers: int) -> 
             conn.execute(LoadEvents, {"count": events})
             conn.execute(sa.text("ANALYZE webhook_events; ANALYZE jobs; CHECKPOINT"))
         loaded_seconds = time.monotonic() - started
-        with _writers(engine, writers) as latencies, _LockSampler(engine) as locks:
+        with _writers(engine, writers) as latencies, LockSampler(engine) as locks:
             time.sleep(1.0)
             baseline = len(latencies)
             statements: list[dict[str, Any]] = []
@@ -139,7 +139,8 @@ def _time_statements(engine: Engine, statements: list[dict[str, Any]]) -> None:
 
 @contextmanager
 def _writers(engine: Engine, count: int) -> Any:
-    """Threads recording new GitHub deliveries through record_event until the block ends;
+    """Threads recording new GitHub deliveries as the web of the release before 0023 does
+    (the migrations measured here come before it) until the block ends;
     yields the acknowledgement latencies (ms), in order."""
     latencies: list[float] = []
     stop = threading.Event()
@@ -149,7 +150,7 @@ def _writers(engine: Engine, count: int) -> Any:
             event_id = str(uuid.uuid4())
             body = f'{{"after": "{event_id}", "note": "{"x" * 900}"}}'.encode()
             started = time.monotonic()
-            recording.record_event(engine, "github", event_id, "push", body)
+            previous_record(engine, "github", event_id, "push", body)
             latencies.append((time.monotonic() - started) * 1000)
 
     threads = [threading.Thread(target=write, daemon=True) for _ in range(count)]
@@ -163,16 +164,17 @@ def _writers(engine: Engine, count: int) -> Any:
             thread.join(10)
 
 
-class _LockSampler:
+class LockSampler:
     """Samples LocksOnTables every few milliseconds while the block runs: the modes the
-    migration held, and the longest wait of any other backend for a lock on the tables."""
+    migration held, and the longest wait of any other backend for a lock on `tables`."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine, self.held, self.longest_wait_ms = engine, set[str](), 0.0
+    def __init__(self, engine: Engine, tables: tuple[str, ...] = TABLES) -> None:
+        self.engine, self.tables = engine, tables
+        self.held, self.longest_wait_ms = set[str](), 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self) -> _LockSampler:
+    def __enter__(self) -> LockSampler:
         self._thread.start()
         return self
 
@@ -183,11 +185,11 @@ class _LockSampler:
     def _sample(self) -> None:
         with self.engine.connect() as conn:
             while not self._stop.is_set():
-                for row in conn.execute(LocksOnTables, {"tables": list(TABLES),
+                for row in conn.execute(LocksOnTables, {"tables": list(self.tables),
                                                         "migration": MIGRATION_APP}):
                     if row.migration and row.granted:
                         self.held.add(f"{row.relname} {row.mode}")
-                    elif not row.granted:
+                    elif not row.granted and not row.migration:
                         self.longest_wait_ms = max(self.longest_wait_ms,
                                                    round(float(row.waited or 0) * 1000, 1))
                 time.sleep(0.005)

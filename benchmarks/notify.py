@@ -52,9 +52,9 @@ def seed(engine: sa.Engine, event_type: str, count: int, round_no: int) -> None:
                 INSERT INTO webhook_events (provider, source, event_id, event_type, payload)
                 SELECT 'github', 'github', :prefix || n, :type, '{}'::jsonb
                 FROM generate_series(1, :n) AS n
-                RETURNING provider, source, event_id, event_type)
-            INSERT INTO jobs (provider, source, event_id, event_type)
-            SELECT provider, source, event_id, event_type FROM e"""),
+                RETURNING provider, source, event_id, event_type, received_at)
+            INSERT INTO jobs (provider, source, event_id, event_type, created_at)
+            SELECT provider, source, event_id, event_type, received_at FROM e"""),
             {"prefix": f"{event_type}-{round_no}-", "type": event_type, "n": count})
 
 
@@ -70,7 +70,7 @@ def run(engine: sa.Engine, settings: Settings, event_type: str, count: int, roun
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE notification_deliveries, notifications, "
                              "notification_windows, notification_health, jobs, "
-                             "webhook_events CASCADE"))
+                             "webhook_events, webhook_dedup CASCADE"))
     seed(engine, event_type, count, round_no)
     jobs.PACE.seconds_per_job = 1e-9  # full claims every run, whatever the last one learned
     flush = notifications.flush

@@ -96,6 +96,37 @@ def _processed_time(report: str) -> float | None:
     return processed / tps if tps and processed else None
 
 
+_BINDING = re.compile(r"^-- :(?P<name>\w+) (?P<value>.+)$", re.MULTILINE)
+
+
+def ingest_script(folder: Path, template: Path = HERE / "ingest.sql") -> Path:
+    """`template` (ingest.sql, search_ingest.sql) with queries.EventJobInsert, the ingest's
+    own statement, in place of EVENT_JOB_INSERT: each of its parameters replaced by the
+    value that the template's `-- :name value` line binds it to, so that the script runs
+    whatever the statement is today. Every parameter must be bound."""
+    text = template.read_text()
+    bound = {m["name"]: m["value"] for m in _BINDING.finditer(text)}
+    statement = str(queries.EventJobInsert.text).strip()
+    unbound = sorted(set(queries.EventJobInsert.compile().params) - set(bound))
+    if unbound:
+        raise ValueError(f"{template.name} binds no value to {', '.join(unbound)}")
+    for name, value in bound.items():  # not a cast's `::type`: only a lone `:name`
+        statement = re.sub(rf"(?<![:\w]):{name}\b", f"({value})".replace("\\", "\\\\"),
+                           statement)
+    path = folder / template.name
+    path.write_text(re.sub(r"^EVENT_JOB_INSERT;$", lambda _m: statement + ";", text,
+                           flags=re.MULTILINE))
+    return path
+
+
+def run_ingest(database_url: str, clients: int, *, seconds: float,
+               template: Path = HERE / "ingest.sql") -> PgbenchResult | None:
+    """run() of ingest_script(template)."""
+    with tempfile.TemporaryDirectory(prefix="pgbench-ingest-") as folder:
+        return run(database_url, ingest_script(Path(folder), template), clients,
+                   seconds=seconds)
+
+
 def worker_script(batch: int, folder: Path) -> Path:
     """worker.sql for batches of `batch` jobs: its claim, its per-job block once per job,
     and its done mark, in one transaction."""

@@ -259,9 +259,13 @@ def _growth_chart(rows: list[dict[str, Any]], path: Path) -> Path | None:
         print("matplotlib not installed (pip install -e '.[bench]'): no chart")
         return None
     sizes = [row["rows"] for row in rows]
+    smallest = min((size for size in sizes if size), default=1)
     figure, (ingest, drain) = plt.subplots(1, 2, figsize=(10, 4.5))
     ingest.plot(sizes, [row["ingest_acked_per_s"] for row in rows], "o-", color="tab:blue",
                 label="webhooks web: acked/s")
+    if all(row.get("empty") for row in rows):  # the empty database, in the same rounds
+        ingest.plot(sizes, [row["empty"]["ingest_acked_per_s"] for row in rows], "o:",
+                    color="tab:cyan", label="the same, empty database beside")
     if all(row.get("pgbench_tps") for row in rows):
         ingest.plot(sizes, [row["pgbench_tps"] for row in rows], "s--", color="tab:gray",
                     label="pgbench ingest.sql: tx/s")
@@ -270,7 +274,8 @@ def _growth_chart(rows: list[dict[str, Any]], path: Path) -> Path | None:
                label=f"one worker group: jobs/s ({_n(rows[0]['drain_jobs'])} jobs)")
     drain.set_title("Drain")
     for panel in (ingest, drain):
-        panel.set_xscale("log")
+        # linear below the smallest history, so that the empty database has a place
+        panel.set_xscale("symlog", linthresh=smallest)
         panel.set_xlabel("events and jobs already recorded")
         panel.set_ylabel("per second")
         panel.set_ylim(bottom=0)
@@ -337,6 +342,8 @@ def render_tables(folder: Path = RESULTS) -> str:
         parts.append(_scaleout_quota_table(*found, folder))
     if found := _newest_with(folder, "growth"):
         parts.append(_growth_table(*found, folder))
+    if found := _newest_with(folder, "retention"):
+        parts.append(_retention_table(*found, folder))
     if found := _newest_with(folder, "audit"):
         parts.append(_audit_table(*found, folder))
     if found := _newest_with(folder, "kit"):
@@ -443,30 +450,95 @@ def _cpu_cell(row: dict[str, Any], *parts: str) -> str:
 
 
 def _growth_table(run: dict[str, Any], path: Path, folder: Path) -> str:
-    """Ingest and drain rates against the rows already in webhook_events and jobs."""
+    """Ingest and drain rates against the rows already in webhook_events and jobs (and,
+    since the tables are partitioned, each against the empty database)."""
     result = run["growth"]
     plan = result["plan"]
+    ratios = result.get("ratios", {})
     name = _relative(path, folder)
+    rounds = f", median of {plan['rounds']} rounds" if plan.get("rounds", 1) > 1 else ""
     lines = [f"### Growth: [`{name}`]({name})", "", _run_line(run), "",
-             f"Ingest: {result['connections']} connections for {plan['ingest_seconds']} s, "
-             "beside pgbench running ingest.sql as long. Drain: "
+             f"Ingest: {result['connections']} connections for {plan['ingest_seconds']} s"
+             f"{rounds}, beside pgbench running ingest.sql as long. Drain: "
              f"{_n(plan['backlog'])} invoice jobs, one `webhooks worker` group. CPU in ms per "
-             "delivery or job.", "",
-             "| rows already there | events MB | acked/s | p99 ms | pgbench tx/s | "
+             "delivery or job. In brackets: the ratio to the empty database (targets for the "
+             "ingest: rate >= 0.9, p99 <= 1.2).", "",
+             "| rows already there | events MB | dedup MB | acked/s | p99 ms | pgbench tx/s | "
              "web / Postgres CPU per delivery | drain jobs/s | worker / Postgres CPU per job |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in result["sizes"]:
+        ratio = ratios.get(str(row["rows"]), {})
         lines.append(
-            f"| {_n(row['rows'])} | {_n(row['events_mb'])} | {_n(row['ingest_acked_per_s'])} | "
-            f"{_ms(row['ingest_p99_ms'])} | {_n(row.get('pgbench_tps'))} | "
+            f"| {_n(row['rows'])} | {_n(row['events_mb'])} | {_n(row.get('dedup_mb'))} | "
+            f"{_n(row['ingest_acked_per_s'])}{_bracket(ratio.get('ingest_rate_vs_empty'))} | "
+            f"{_ms(row['ingest_p99_ms'])}{_bracket(ratio.get('ingest_p99_vs_empty'))} | "
+            f"{_n(row.get('pgbench_tps'))}{_bracket(ratio.get('pgbench_vs_empty'))} | "
             f"{_fixed3(row['ingest_web_cpu_ms_per_ack'])} / "
             f"{_fixed3(row.get('ingest_postgres_cpu_ms_per_ack'))} | "
-            f"{_n(row['drain_jobs_per_s'])} | {_fixed3(row['drain_worker_cpu_ms_per_job'])} / "
+            f"{_n(row['drain_jobs_per_s'])}{_bracket(ratio.get('drain_vs_empty'))} | "
+            f"{_fixed3(row['drain_worker_cpu_ms_per_job'])} / "
             f"{_fixed3(row.get('drain_postgres_cpu_ms_per_job'))} |")
     chart = path.with_name(f"{path.stem}-growth.png")
     if chart.exists():
         lines += ["", f"![ingest and drain against history]({_relative(chart, folder)})"]
     return "\n".join(lines)
+
+
+def _bracket(ratio: float | None) -> str:
+    return "" if ratio is None else f" ({ratio:.2f})"
+
+
+def _retention_table(run: dict[str, Any], path: Path, folder: Path) -> str:
+    """Retention by dropped days against the previous release's row deletes
+    (benchmarks/retention.py), the ingest beside a prune, and the dedup keys' bytes."""
+    result = run["retention"]
+    drop, rows, ratios = result["drop"], result["row_deletes"], result["ratios"]
+    ingest, nightly, dedup = result["ingest"], result["nightly"], result["dedup"]
+    name = _relative(path, folder)
+    vacuum = rows["vacuum"]
+    lines = [f"### Retention: [`{name}`]({name})", "", _run_line(run), "",
+             f"One day of {_n(drop['events'])} done Stripe-shaped events (with their jobs, "
+             "search documents and dedup keys), removed by `partitions.prune` (the day's "
+             "partitions detached and dropped) and, made again, by the previous release's "
+             f"statement in transactions of {_n(rows['batch'])} rows; each right after a "
+             f"CHECKPOINT. WAL: the {result['wal_read_as']}'s (pg_walinspect), the server's "
+             "in brackets.", "",
+             "| removal | seconds | WAL bytes | WAL bytes per event | ÷ drop: seconds / WAL |",
+             "| --- | ---: | ---: | ---: | ---: |",
+             f"| drop | {drop['seconds']:.3f} | {_n(drop['wal']['bytes'])} "
+             f"({_n(drop['wal']['server_bytes'])}) | {drop['wal_bytes_per_event']} | 1 / 1 |",
+             f"| row deletes | {rows['seconds']:.3f} | {_n(rows['wal']['bytes'])} "
+             f"({_n(rows['wal']['server_bytes'])}) | {rows['wal_bytes_per_event']} | "
+             f"{_n(ratios['seconds_rows_over_drop'])} / {_n(ratios['wal_rows_over_drop'])} |",
+             f"| the VACUUM the row deletes leave | {vacuum['seconds']:.3f} | "
+             f"{_n(vacuum['wal']['bytes'])} ({_n(vacuum['wal']['server_bytes'])}) | "
+             f"{_per_event(vacuum['wal']['bytes'], rows['events'])} | "
+             f"WAL with the deletes: {_n(ratios['wal_rows_and_vacuum_over_drop'])} |", "",
+             f"The ingest beside a prune of that day: {ingest['rate']} deliveries a second "
+             "through `record_event` (the latency from when each was due), "
+             f"{ingest['threads']} threads; the prune took {ingest['prune_seconds']:.3f} s.", "",
+             "| window | deliveries | p50 ms | p99 ms | max ms |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for label, window in (("without a prune", ingest["without_prune"]),
+                          ("during the prune", ingest["during_prune"])):
+        lines.append(f"| {label} | {_n(window.get('deliveries'))} | {_ms(window.get('p50_ms'))} "
+                     f"| {_ms(window.get('p99_ms'))} | {_ms(window.get('max_ms'))} |")
+    lines += ["", f"p99 during ÷ without: {_fixed3(ingest['p99_during_over_without'])}. "
+              f"The nightly shape (the day {nightly['day']} straddling the cutoff, "
+              f"{_n(nightly['events'])} events, {_n(nightly['past_cutoff'])} of them past it): "
+              f"the prune removed {_n(nightly['removed'])} row by row in "
+              f"{nightly['seconds']:.3f} s, WAL {_n(nightly['wal']['bytes'])} bytes. "
+              f"Dedup keys: {_n(dedup['rows'])} in webhook_dedup, "
+              f"{dedup['bytes_per_event']} bytes each with its indexes (heap "
+              f"{dedup['heap_bytes_per_event']}; "
+              + ", ".join(f"`{index}` {size}" for index, size in dedup["indexes"].items())
+              + f"), against the previous release's {dedup['previous_bytes_per_event']} in "
+              f"its unique indexes: {_fixed3(dedup['over_previous'])}."]
+    return "\n".join(lines)
+
+
+def _per_event(amount: float | None, events: int) -> str:
+    return "" if amount is None or not events else f"{amount / events:.1f}"
 
 
 def _audit_table(run: dict[str, Any], path: Path, folder: Path) -> str:

@@ -65,8 +65,8 @@ def ingest(target: stack.Target, plan: Plan) -> dict[str, Any]:
         idle_cpu = _idle_cpu(web, plan.idle_seconds / 2)
     recorded = _scalar(target, "SELECT count(*) FROM jobs")
     stack.reset(target)
-    reference = pgbench.run(target.database_url, HERE / "ingest.sql", plan.connections,
-                            seconds=plan.ingest_seconds)
+    reference = pgbench.run_ingest(target.database_url, plan.connections,
+                                   seconds=plan.ingest_seconds)
     app = {**result.summary(), "web_cpu_ms_per_ack": round(cpu_ms, 3)}
     return {
         "app": app, "pgbench": reference.summary() if reference else None,
@@ -87,8 +87,8 @@ def ingest_sweep(target: stack.Target, plan: Plan) -> list[dict[str, Any]]:
                          "p50_ms": round(result.p50_ms, 2), "p99_ms": round(result.p99_ms, 2),
                          "errors": result.errors, "load_average": stack.load_average()})
     for row in rows:
-        reference = pgbench.run(target.database_url, HERE / "ingest.sql", row["connections"],
-                                seconds=plan.sweep_seconds)
+        reference = pgbench.run_ingest(target.database_url, row["connections"],
+                                       seconds=plan.sweep_seconds)
         if reference:
             row.update(pgbench_tps=round(reference.tps, 1),
                        pgbench_p99_ms=round(reference.p99_ms, 2))
@@ -143,10 +143,10 @@ def seed_jobs(target: stack.Target, count: int) -> None:
             FROM generate_series(1, :count) AS n
         """), {"count": count, "customers": CUSTOMERS})
         conn.execute(sa.text("""
-            INSERT INTO jobs (provider, source, event_id, event_type)
-            SELECT 'stripe', 'stripe', 'evt_seed_' || n, 'invoice.paid'
-            FROM generate_series(1, :count) n
-        """), {"count": count})
+            INSERT INTO jobs (provider, source, event_id, event_type, created_at)
+            SELECT provider, source, event_id, event_type, received_at FROM webhook_events
+            WHERE event_id LIKE 'evt\\_seed\\_%' ORDER BY id
+        """))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("VACUUM ANALYZE jobs, webhook_events"))
     engine.dispose()

@@ -47,7 +47,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from benchmarks import pgbench, stack
+from benchmarks import history, pgbench, stack
 from benchmarks.load import percentile
 from webhooks.shared import events, queries
 from webhooks.shared.events import EventFilter
@@ -162,8 +162,8 @@ def fill_documents(engine: Engine) -> dict[str, Any]:
     def chunk(bounds: tuple[int, int]) -> None:
         with engine.begin() as conn:
             conn.execute(sa.text(f"""
-                INSERT INTO event_search (provider, source, event_id, document)
-                SELECT provider, source, event_id, {EVENT_SEARCH_DOCUMENT}
+                INSERT INTO event_search (provider, source, event_id, received_at, document)
+                SELECT provider, source, event_id, received_at, {EVENT_SEARCH_DOCUMENT}
                 FROM webhook_events WHERE id BETWEEN :first AND :last
                 ON CONFLICT DO NOTHING
             """), {"first": bounds[0], "last": bounds[1]})
@@ -189,6 +189,8 @@ def load_events(engine: Engine, count: int, *, unfinished: bool = True) -> dict[
     started = time.monotonic()
     with engine.begin() as conn:
         conn.execute(sa.text((HERE / "search_events.sql").read_text()))
+    # Each day's rows in its day's partition, as the clock's partitions would have held them.
+    history.create_empty(engine, history.past_days(1, 31, history.today(engine)))
     spacing = 30 * 86400 / count
 
     def chunk(first: int) -> None:
@@ -398,19 +400,16 @@ def _ingest(engine: Engine, target: stack.Target, plan: Plan,
                 drained = pool.submit(pgbench.run, target.database_url, drain, 1,
                                       seconds=plan.ingest_seconds)
                 merged = pool.submit(_merge_pending, engine, stop) if indexing else None
-                result = pgbench.run(target.database_url, HERE / "search_ingest.sql",
-                                     plan.ingest_clients, seconds=plan.ingest_seconds)
+                result = pgbench.run_ingest(target.database_url, plan.ingest_clients,
+                                            seconds=plan.ingest_seconds,
+                                            template=HERE / "search_ingest.sql")
                 drained.result()
                 stop.set()
                 merges = merged.result() if merged else 0
             with engine.begin() as conn:
                 done = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE id > :id AND "
                                             "status = 'done'"), {"id": last_job}).scalar_one()
-                conn.execute(sa.text("""
-                    DELETE FROM event_search s USING webhook_events e
-                    WHERE e.id > :id AND s.provider = e.provider AND s.source = e.source
-                      AND s.event_id = e.event_id"""), {"id": last_id})
-                conn.execute(sa.text("DELETE FROM webhook_events WHERE id > :id"), {"id": last_id})
+                history.forget_since(conn, last_id, last_job)
             _autocommit(engine, "VACUUM webhook_events", "VACUUM jobs", "VACUUM event_search")
             if result is None:
                 return None

@@ -8,14 +8,14 @@
 WITH marked AS (
     UPDATE jobs SET status = 'done', attempts = attempts + 1,
                     finished_at = statement_timestamp(), outcome = 'done', last_error = NULL
-    WHERE id IN (
-        SELECT id FROM jobs
+    WHERE (id, created_at) IN (
+        SELECT id, created_at FROM jobs
         WHERE status = 'pending' AND run_at <= now()
         ORDER BY run_at, id
         LIMIT DRAIN_BATCH
         FOR UPDATE SKIP LOCKED
     )
-    RETURNING jobs.provider, jobs.source, jobs.event_id
+    RETURNING jobs.provider, jobs.source, jobs.event_id, jobs.created_at
 ) -- INDEXED
 SELECT count(*) FROM marked;
 \sleep DRAIN_PAUSE_MS ms

@@ -25,9 +25,12 @@ from sqlalchemy.engine import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
 STRIPE_SECRET = "whsec_benchmark_secret"
+# webhook_dedup too: a key left there would make the next seeding's event of that id a
+# duplicate (its row skipped by the dedup guard), and its job an orphan.
 TABLES = ("ledger_entries", "outbox", "accounts", "subscriptions", "webhook_duplicates",
-          "jobs", "webhook_events", "event_search", "paused_providers", "notifications",
-          "notification_deliveries", "notification_windows", "notification_health")
+          "jobs", "webhook_events", "webhook_dedup", "event_search", "paused_providers",
+          "notifications", "notification_deliveries", "notification_windows",
+          "notification_health")
 
 
 @dataclass(frozen=True)

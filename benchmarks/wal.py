@@ -15,8 +15,10 @@ server, whose figures are then only as clean as that server is quiet.
 2. Drain: the recorded events' jobs applied by one `webhooks worker` group, their emails
    sent (scaleout.drain): WAL per job.
 3. Dedup: R events with Stripe-shaped ids (`evt_` and 24 random characters, random order)
-   inserted set-based, then pg_relation_size of each index of webhook_events and jobs, per
-   row: the unique keys grow with the retention window, one entry per event kept.
+   inserted set-based (their keys into webhook_dedup by its guard, as any writer's), then
+   pg_relation_size of each index of webhook_events, jobs and webhook_dedup (summed over
+   their partitions), per row: webhook_dedup's keys are kept DEDUP_HORIZON_DAYS, the
+   events' and jobs' indexes go with their day's partitions.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from benchmarks import load, report, scaleout, stack
 CONNECTIONS = 4
 SECONDS = 5
 DEDUP_ROWS = 500_000
+DEDUP_TABLES = ("webhook_events", "jobs", "webhook_dedup")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,10 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     with _server(args.admin_url) as admin_url:
         target = stack.prepare(admin_url, args.database, args.broker_url, logs)
         try:
-            result = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                      "commit": report.code_commit(stack.ROOT), "cores": os.cpu_count(),
-                      "server": "private embedded" if not args.admin_url else "given",
-                      "load_average_start": stack.load_average()}
+            result: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                      "commit": report.code_commit(stack.ROOT),
+                                      "cores": os.cpu_count(),
+                                      "server": "private embedded" if not args.admin_url
+                                      else "given",
+                                      "load_average_start": stack.load_average()}
             # under one key: a run's "ingest" and the others mean the scenarios' results
             result["wal"] = {"ingest": ingest(target, args.seconds), "drain": drain(target),
                              "dedup": dedup(target, args.rows)}
@@ -126,21 +131,24 @@ def dedup(target: stack.Target, rows: int) -> dict[str, Any]:
             ON CONFLICT DO NOTHING
         """), {"rows": rows})
         conn.execute(sa.text("""
-            INSERT INTO jobs (provider, source, event_id, event_type, status)
-            SELECT provider, source, event_id, event_type, 'done' FROM webhook_events
+            INSERT INTO jobs (provider, source, event_id, event_type, status, created_at)
+            SELECT provider, source, event_id, event_type, 'done', received_at
+            FROM webhook_events
         """))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("VACUUM ANALYZE webhook_events, jobs"))
+        conn.execute(sa.text(f"VACUUM ANALYZE {', '.join(DEDUP_TABLES)}"))
         recorded = conn.execute(sa.text("SELECT count(*) FROM webhook_events")).scalar_one()
         sizes = conn.execute(sa.text("""
-            SELECT c.relname, pg_relation_size(i.indexrelid), t.relname
+            SELECT c.relname, (SELECT CAST(sum(pg_relation_size(relid)) AS bigint)
+                               FROM pg_partition_tree(i.indexrelid)), t.relname
             FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
             JOIN pg_class t ON t.oid = i.indrelid
-            WHERE t.relname IN ('webhook_events', 'jobs') ORDER BY 3, 1
-        """)).all()
-        tables = {str(name): int(size) for name, size in conn.execute(sa.text(
-            "SELECT relname, pg_relation_size(oid) FROM pg_class "
-            "WHERE relname IN ('webhook_events', 'jobs')"))}
+            WHERE t.relname = ANY(:tables) ORDER BY 3, 1
+        """), {"tables": list(DEDUP_TABLES)}).all()
+        tables = {str(name): int(size) for name, size in conn.execute(sa.text("""
+            SELECT relname, (SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree(oid))
+            FROM pg_class WHERE relname = ANY(:tables) AND relkind IN ('r', 'p')
+        """), {"tables": list(DEDUP_TABLES)})}
     engine.dispose()
     result = {"rows": recorded, "load_seconds": round(time.monotonic() - started, 1),
               "payload": "{} (the keys only: the search index holds the event id alone)",

@@ -6,20 +6,22 @@
 -- queries.JobMarkDoneMany for them all, with their events' search documents
 -- (EVENT_SEARCH_INSERT: queries.EVENT_SEARCH_INSERT, put in by benchmarks/pgbench.py).
 SELECT array_agg(j.id ORDER BY c.customer, j.id) AS ids,
+       array_agg(j.created_at ORDER BY c.customer, j.id) AS created,
        array_agg(j.event_id ORDER BY c.customer, j.id) AS event_ids,
        array_agg(c.invoice ORDER BY c.customer, j.id) AS invoices,
        array_agg(c.customer ORDER BY c.customer, j.id) AS customers,
        array_agg(c.currency ORDER BY c.customer, j.id) AS currencies,
        array_agg(c.amount ORDER BY c.customer, j.id) AS amounts,
        array_agg(c.email ORDER BY c.customer, j.id) AS emails
-FROM jobs j JOIN webhook_events e USING (provider, source, event_id),
+FROM jobs j JOIN webhook_events e ON e.provider = j.provider AND e.source = j.source
+    AND e.event_id = j.event_id AND e.received_at = j.created_at,
 LATERAL (SELECT e.payload -> 'data' -> 'object' ->> 'id' AS invoice,
                 e.payload -> 'data' -> 'object' ->> 'customer' AS customer,
                 e.payload -> 'data' -> 'object' ->> 'currency' AS currency,
                 (e.payload -> 'data' -> 'object' ->> 'amount_paid')::bigint AS amount,
                 e.payload -> 'data' -> 'object' ->> 'customer_email' AS email) c
-WHERE j.id IN (
-    SELECT id FROM jobs
+WHERE (j.id, j.created_at) IN (
+    SELECT id, created_at FROM jobs
     WHERE status = 'pending' AND run_at <= now()
     ORDER BY run_at, id
     LIMIT BATCH
@@ -69,7 +71,8 @@ RETURNING id;
 WITH marked AS (
     UPDATE jobs SET status = 'done', attempts = attempts + 1, finished_at = now(),
                     outcome = 'credited', last_error = NULL
-    WHERE id = ANY (CAST(:ids AS bigint[])) AND status = 'pending'
-    RETURNING provider, source, event_id
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:created AS timestamptz[])) AS done (id, created_at)
+    WHERE jobs.id = done.id AND jobs.created_at = done.created_at AND jobs.status = 'pending'
+    RETURNING jobs.provider, jobs.source, jobs.event_id, jobs.created_at
 ), indexed AS (EVENT_SEARCH_INSERT)
 SELECT count(*) FROM marked;

@@ -4,7 +4,7 @@ exactly-once leaves behind, checked in a live database, each violation naming it
 The core's own checks, in this order (their statements are in shared/queries.py):
 
 - `event jobs`: every event has its job (EventJobInsert writes both in one statement,
-  retention deletes both);
+  retention drops both);
 - `email message ids`: every `sent` email has Postmark's message id;
 - `due jobs`: no job has been due (pending, its run_at passed) for longer than `stale`
   while its provider is not paused;

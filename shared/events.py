@@ -80,7 +80,7 @@ class EventRow:
     event_type: str
     received_at: datetime
     job_id: int | None
-    status: str | None  # None: the job was pruned (never: retention deletes both)
+    status: str | None  # None: the job was pruned (never: retention drops both)
     attempts: int
     last_error: str | None
     paused: bool = False  # its source is paused (`webhooks pause`): a pending job waits
@@ -101,7 +101,8 @@ def _listing() -> sa.Select[Any]:
         j.status, sa.func.coalesce(j.attempts, 0).label("attempts"), j.last_error,
         _paused(e.provider, e.source).label("paused"), e.source, e.account,
     ).select_from(webhook_events.outerjoin(
-        jobs, sa.and_(j.provider == e.provider, j.source == e.source, j.event_id == e.event_id),
+        jobs, sa.and_(j.provider == e.provider, j.source == e.source, j.event_id == e.event_id,
+                      j.created_at == e.received_at),  # the event's day: its job's partition
     ))
 
 
@@ -152,8 +153,9 @@ def _branches(spec: EventFilter) -> list[sa.Select[Any]]:
 
 def _sources() -> sa.CTE:
     """Every (provider, source) events have, by a skip scan of the unique (provider, source,
-    event_id) index: one probe per source, so that an event id is looked up in each
-    source's part of that index instead of reading all of it."""
+    event_id, received_at) index: one probe per source (in each partition), so that an
+    event id is looked up in each source's part of that index instead of reading all of
+    it."""
     e = webhook_events.c
     first = sa.select(e.provider, e.source).order_by(e.provider, e.source).limit(1)
     keys = first.cte("event_sources", recursive=True)
@@ -243,7 +245,8 @@ def show_event(conn: Connection, provider: str, event_id: str) -> EventDetail | 
     job = conn.execute(sa.select(j.id, j.status, j.attempts, j.last_error, j.outcome,
                                  j.created_at, j.run_at, j.finished_at)
                        .where(j.provider == provider, j.source == event.source,
-                              j.event_id == event_id)).first()
+                              j.event_id == event_id,
+                              j.created_at == event.received_at)).first()
     duplicates = conn.execute(sa.select(sa.func.count()).where(
         d.provider == provider, d.event_source == event.source,
         d.event_id == event_id)).scalar_one()

@@ -1,13 +1,16 @@
 """The schema, as SQLAlchemy Core tables. Alembic migrations must match it (CI runs
 `alembic check`). The constraints here carry the guarantees:
 
-- webhook_events UNIQUE (provider, event_id) for every provider but `standard`: one row per
-  logical event, however many deliveries and whichever source carries it; for `standard`
-  UNIQUE (provider, source, event_id), since its senders' ids may collide (shared/sources.py).
-  (provider, source, event_id) is unique for every row: the key jobs and duplicates refer to.
-- jobs UNIQUE (provider, source, event_id): one job per event.
+- webhook_dedup UNIQUE (key) within a generation, and across the generations by the
+  ingest's check: one row per logical event, however many deliveries and whichever source
+  carries it (the key is (provider, event_id), and for `standard` (provider, source,
+  event_id), since its senders' ids may collide: shared/sources.py); an event row is
+  written only with its dedup row. (provider, source, event_id) is unique for every event
+  row of a day's partition: the key jobs and duplicates refer to, with the day.
+- jobs UNIQUE (provider, source, event_id, created_at): one job per event.
 - outbox UNIQUE (idempotency_key): one email per key.
-- event_search PRIMARY KEY (provider, source, event_id): one search document per event.
+- event_search PRIMARY KEY (provider, source, event_id, received_at): one search document
+  per event.
 
 These are the core's tables only: an app declares its tables on a MetaData of its own and
 creates them in a migration history of its own (MIGRATIONS, webhooks/migrate.py; the
@@ -40,7 +43,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
 
 metadata = MetaData(
     naming_convention={
@@ -123,6 +126,22 @@ EVENT_SEARCH_DOCUMENT = (  # over a webhook_events row: event_search.document's 
     "\nEND)"
 )
 
+# Events, their jobs and their search documents are partitioned by the time each event was
+# recorded, one partition per UTC day (shared/partitions.py creates them ahead and retention
+# drops them whole), with a DEFAULT partition for whatever no day's range covers: the
+# unfinished rows a dropped day kept, and any row recorded while no partition covered its
+# day. A job's created_at is its event's received_at (queries.EventJobInsert writes it from
+# the event row), so an event, its job and its search document are always in the same day's
+# partitions, and every join between them names the partition key.
+#
+# A partitioned table's unique indexes must hold its partition key, so the key that makes
+# one logical event one row lives in webhook_dedup instead: an event row is inserted only
+# in the statement that inserted its dedup row (queries.EventJobInsert), or, for any other
+# writer, through the trigger webhook_events_dedup_guard, which inserts the row's key and
+# skips the row when the key is taken.
+EVENTS_PARTITION_KEY = "received_at"
+JOBS_PARTITION_KEY = "created_at"
+
 webhook_events = Table(
     "webhook_events",
     metadata,
@@ -139,16 +158,19 @@ webhook_events = Table(
     # SHA-256 of the body as received, for the providers that do not sign their event ids
     # (shared.providers.signs_event_id): a body recorded once under a type is a duplicate
     # under any id of that type (another type is another event: Shopify's orders/create
-    # and orders/paid carry one body).
+    # and orders/paid carry one body). The dedup table holds its key (body_key).
     Column("body_sha256", LargeBinary, nullable=True),
     Column("account", Text),
     Column("livemode", Boolean),
-    PrimaryKeyConstraint("id"),
-    UniqueConstraint("provider", "source", "event_id"),
-    # The dedup key of every provider whose ids are one namespace across its sources.
-    Index("ux_webhook_events_provider_event_id", "provider", "event_id", unique=True,
-          postgresql_where=text("provider <> 'standard'")),
+    # Its row's key in webhook_dedup (NULL in rows recorded before the table existed).
+    Column("dedup_key", UUID, nullable=True),
     CheckConstraint(one_of(ReceivedVia, "received_via"), name="received_via"),
+    PrimaryKeyConstraint("id", EVENTS_PARTITION_KEY),
+    # One event per (provider, source, event_id): its job and search document refer to it.
+    Index("ux_webhook_events_provider_source_event_id_received_at",
+          "provider", "source", "event_id", "received_at", unique=True),
+    # `webhooks show PROVIDER EVENT_ID`, `events --search ID`: an event by its id alone.
+    Index("ix_webhook_events_provider_event_id", "provider", "event_id"),
     # Events only reconciliation found, counted per provider on /metrics: a sign that
     # deliveries go missing. Few rows, so a small partial index.
     Index("ix_webhook_events_reconciled", "provider",
@@ -160,17 +182,52 @@ webhook_events = Table(
           postgresql_where=text("account IS NOT NULL")),
     # The listing's order (newest first) and its keyset pagination (shared/events.py).
     Index("ix_webhook_events_received_at_id", "received_at", "id"),
-    Index("ux_webhook_events_body_type", "provider", "body_sha256", "event_type", unique=True,
-          postgresql_where=text("body_sha256 IS NOT NULL")),
+    postgresql_partition_by=f"RANGE ({EVENTS_PARTITION_KEY})",
+)
+
+# The keys that make a redelivery a duplicate, kept DEDUP_HORIZON_DAYS, longer than the
+# events (RETENTION_DAYS): one narrow row per event. `key` is webhook_dedup_key(provider,
+# scope, event_id) (scope: the source for a provider whose senders' ids may collide,
+# `standard`; '' for the others), `body_key` webhook_body_key(provider, event_type,
+# body_sha256) for the providers that do not sign their ids. The row names its event
+# (source, event_id, received_at: its partition), so that a duplicate finds the event's job
+# in one partition.
+#
+# Partitioned by generation (dedup_generations), each a period of DEDUP_HORIZON_DAYS / 3:
+# a key is unique within a generation by the unique indexes, and across generations by the
+# insert's check of the older ones, which take no more rows once a newer generation starts
+# (shared/partitions.py starts one under a lock that waits for every insert in flight). A
+# generation goes whole once its last key is older than the horizon.
+webhook_dedup = Table(
+    "webhook_dedup",
+    metadata,
+    Column("generation", Integer, nullable=False),
+    Column("key", UUID, nullable=False),
+    Column("body_key", UUID, nullable=True),
+    Column("source", Text, nullable=False),
+    Column("event_id", Text, nullable=False),
+    Column("received_at", DateTime(timezone=True), nullable=False),
+    Index("ux_webhook_dedup_key_generation", "key", "generation", unique=True),
+    Index("ux_webhook_dedup_body_key_generation", "body_key", "generation", unique=True,
+          postgresql_where=text("body_key IS NOT NULL")),
+    postgresql_partition_by="LIST (generation)",
+)
+
+dedup_generations = Table(
+    "dedup_generations",
+    metadata,
+    Column("generation", Integer, nullable=False, autoincrement=False),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("generation"),
 )
 
 # The search document of each event whose job has run (shared/events.py searches it),
 # EVENT_SEARCH_DOCUMENT of its row: written by the worker in the job's transaction, whatever
 # the outcome (done, retried, failed), never by the ingest. A GIN index is costly to keep
 # up to date row by row (its pending list is flushed by whichever insert fills it), and
-# here that cost is off the acknowledgement's transaction (migration 0017). No foreign key:
-# its check would lock each event row (FOR KEY SHARE, a write on webhook_events per job);
-# retention deletes an event's row with the event (queries.EventDeleteFinished).
+# here that cost is off the acknowledgement's transaction (migration 0017). Partitioned as
+# its event is, by its event's received_at ('-infinity' in the documents written before
+# the partitioning, all in the partition that holds those events' days).
 event_search = Table(
     "event_search",
     metadata,
@@ -178,13 +235,16 @@ event_search = Table(
     Column("source", Text, nullable=False),
     Column("event_id", Text, nullable=False),
     Column("document", TSVECTOR, nullable=False),
-    PrimaryKeyConstraint("provider", "source", "event_id"),
+    Column("received_at", DateTime(timezone=True), nullable=False,
+           server_default=text("'-infinity'::timestamp with time zone")),
+    PrimaryKeyConstraint("provider", "source", "event_id", EVENTS_PARTITION_KEY),
     # New documents go to the index's pending list (an append); the clock's sweep merges
     # it into the index (queries.EventSearchFlush), so that no worker's batch does: an
     # insert that overfills the list merges it in its own transaction. The limit is room
     # for many sweeps' worth of documents; a search reads the pending list too.
     Index("ix_event_search_document", "document", postgresql_using="gin",
           postgresql_with={"gin_pending_list_limit": SEARCH_PENDING_LIST_KB}),
+    postgresql_partition_by=f"RANGE ({EVENTS_PARTITION_KEY})",
 )
 
 # One row per duplicate delivery, so `webhooks stats` can count duplicates per day.
@@ -198,11 +258,6 @@ webhook_duplicates = Table(
     Column("event_source", Text, nullable=False),  # the event's own source: its key
     Column("received_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     PrimaryKeyConstraint("id"),
-    ForeignKeyConstraint(
-        ["provider", "event_source", "event_id"],
-        ["webhook_events.provider", "webhook_events.source", "webhook_events.event_id"],
-        ondelete="CASCADE",
-    ),
     Index(None, "provider", "event_id"),
     Index(None, "received_at"),
 )
@@ -227,13 +282,7 @@ jobs = Table(
     # A pending job whose source is paused (shared/pausing.py): kept out of the claim's
     # range of the pending index, so that a paused backlog costs the claims nothing.
     Column("held", Boolean, nullable=False, server_default=text("false")),
-    PrimaryKeyConstraint("id"),
-    UniqueConstraint("provider", "source", "event_id"),
-    ForeignKeyConstraint(
-        ["provider", "source", "event_id"],
-        ["webhook_events.provider", "webhook_events.source", "webhook_events.event_id"],
-        ondelete="CASCADE",
-    ),
+    PrimaryKeyConstraint("id", JOBS_PARTITION_KEY),
     CheckConstraint(one_of(JobStatus), name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     # The claim query's index, in its ORDER BY (run_at, id) after `held`: a claim reads
@@ -244,6 +293,10 @@ jobs = Table(
     Index("ix_jobs_pending_held_run_at_id", "held", "run_at", "id",
           postgresql_where=text(f"status = '{JobStatus.PENDING}'")),
     Index(None, "status", "finished_at"),
+    # One job per event (EventJobInsert inserts it from the event row it inserted).
+    Index("ux_jobs_provider_source_event_id_created_at",
+          "provider", "source", "event_id", "created_at", unique=True),
+    postgresql_partition_by=f"RANGE ({JOBS_PARTITION_KEY})",
 )
 
 outbox = Table(

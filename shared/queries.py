@@ -32,58 +32,76 @@ RECONCILE = ReceivedVia.RECONCILE
 
 # The event and its job in ONE statement, hence one transaction and one round trip (run in
 # autocommit, the statement is the transaction: it returns only once committed).
-# ON CONFLICT DO NOTHING: a concurrent insert of the same (provider, event_id) from any
-# source (for `standard`, the same (provider, source, event_id)), or of the same body under
-# the same event type for a provider whose ids are not signed (body_sha256, NULL for the
-# others: ux_webhook_events_body_type), waits for the other transaction and then inserts
-# nothing, so exactly one delivery creates the event; the job is inserted only from the
-# event row this statement inserted.
+# The dedup decision is the insert of the event's key into webhook_dedup (models.py):
+# ON CONFLICT DO NOTHING on the current generation's unique indexes makes a concurrent
+# insert of the same key (the same (provider, event_id) from any source; for `standard` the
+# same (provider, source, event_id); or the same body under the same event type for a
+# provider whose ids are not signed: body_key, NULL for the others) wait for the other
+# transaction and then insert nothing, and the NOT EXISTS probes find the key in an older
+# generation (committed: a generation starts only once every insert into the one before
+# has ended, shared/partitions.py). The event row is inserted only from the key this
+# statement inserted, with its day (received_at) for its job's created_at: an event and its
+# job are in the same day's partitions.
 # No row: a duplicate. The job is held (kept out of the claims' range, shared/pausing.py)
 # when its source is paused as the statement runs: one probe of paused_providers' primary
 # key, a table of one row per pause (empty, nothing paused).
 # Proven by: test_ingest.py::test_twenty_processes_deliver_the_same_event_at_once,
 # test_hostile_input.py::test_a_captured_delivery_resent_with_new_ids_is_a_duplicate,
 # test_hostile_input.py::test_one_body_under_two_types_is_two_events,
-# test_reconcile.py::test_a_delivery_and_a_reconciliation_at_once_make_one_event.
+# test_reconcile.py::test_a_delivery_and_a_reconciliation_at_once_make_one_event,
+# test_partitions.py::test_a_key_in_an_older_generation_is_a_duplicate.
+DEDUP_KEYS = """
+    SELECT webhook_dedup_key(:provider, :source, :event_id) AS key,
+           webhook_body_key(:provider, :event_type, :body_sha256) AS body_key,
+           (SELECT max(generation) FROM dedup_generations) AS generation
+"""
 EventJobInsert = text(f"""
-    WITH event AS (
-        INSERT INTO webhook_events (provider, source, event_id, event_type, payload,
-                                    received_via, body_sha256, account, livemode)
-        VALUES (:provider, :source, :event_id, :event_type, CAST(:payload AS jsonb),
-                :received_via, :body_sha256, :account, :livemode)
+    WITH keys AS ({DEDUP_KEYS}), dedup AS (
+        INSERT INTO webhook_dedup (generation, key, body_key, source, event_id, received_at)
+        SELECT generation, key, body_key, :source, :event_id, now() FROM keys
+        WHERE NOT EXISTS (SELECT FROM webhook_dedup d
+                          WHERE d.key = keys.key AND d.generation < keys.generation)
+          AND NOT EXISTS (SELECT FROM webhook_dedup d
+                          WHERE d.body_key = keys.body_key AND d.generation < keys.generation)
         ON CONFLICT DO NOTHING
-        RETURNING provider, source, event_id, event_type
+        RETURNING key, received_at
+    ), event AS (
+        INSERT INTO webhook_events (provider, source, event_id, event_type, payload,
+                                    received_via, body_sha256, account, livemode,
+                                    dedup_key, received_at)
+        SELECT :provider, :source, :event_id, :event_type, CAST(:payload AS jsonb),
+               :received_via, :body_sha256, :account, :livemode, key, received_at
+        FROM dedup
+        RETURNING provider, source, event_id, event_type, received_at
     )
-    INSERT INTO jobs (provider, source, event_id, event_type, trace_context, held)
+    INSERT INTO jobs (provider, source, event_id, event_type, trace_context, held, created_at)
     SELECT provider, source, event_id, event_type, CAST(:trace_context AS text),
            EXISTS (SELECT 1 FROM paused_providers p WHERE p.provider = event.provider
-                   AND p.source IN ('{ALL_SOURCES}', event.source))
+                   AND p.source IN ('{ALL_SOURCES}', event.source)),
+           received_at
     FROM event
     RETURNING id, status
 """)
 
 # A duplicate is counted by appending a row (no hot counter row to contend on), and
 # answered with its job's status: one statement. The event it repeats is the one of its
-# id, or else the one of its body under its type (a re-sent body under a new id). Its write
-# also makes its commit wait for a synchronous standby, and the standby confirms WAL in
-# order: so a duplicate of an event whose own commit still waits (it is visible on the
-# primary already) is acknowledged only once the event is replicated too, or answered 503.
-# The original is looked up by the dedup key: (provider, event_id), and for `standard`
-# (provider, source, event_id) (:scoped); the duplicate records the source that carried it.
+# key, or else the one of its body under its type (a re-sent body under a new id): its dedup
+# row names it (source, event_id) and its day, where its job is (none: pruned, so done).
+# The duplicate's write also makes its commit wait for a synchronous standby, and the
+# standby confirms WAL in order: so a duplicate of an event whose own commit still waits
+# (it is visible on the primary already) is acknowledged only once the event is replicated
+# too, or answered 503. The duplicate records the source that carried it.
 # Proven by: test_ingest.py::test_duplicate_answers_job_status_and_is_counted,
 # test_sources.py::test_the_same_stripe_event_on_two_sources_is_one_row_one_job,
-# test_synchronous_commit.py::test_a_commit_the_standby_never_confirms_is_answered_503_within_10_s.
-DuplicateCount = text("""
-    WITH original AS (
-        SELECT source, event_id FROM webhook_events
-        WHERE provider = :provider AND event_id = :event_id
-          AND (NOT :scoped OR source = :source)
+# test_synchronous_commit.py::test_a_commit_the_standby_never_confirms_is_answered_503_within_10_s,
+# test_partitions.py::test_a_redelivery_of_a_pruned_event_is_a_duplicate.
+DuplicateCount = text(f"""
+    WITH keys AS ({DEDUP_KEYS}), original AS (
+        (SELECT d.source, d.event_id, d.received_at FROM webhook_dedup d, keys
+         WHERE d.key = keys.key LIMIT 1)
         UNION ALL
-        (SELECT source, event_id FROM webhook_events
-         WHERE provider = :provider AND body_sha256 = :body_sha256
-           AND event_type = :event_type
-           AND NOT EXISTS (SELECT 1 FROM webhook_events
-                           WHERE provider = :provider AND event_id = :event_id))
+        (SELECT d.source, d.event_id, d.received_at FROM webhook_dedup d, keys
+         WHERE d.body_key = keys.body_key LIMIT 1)
         LIMIT 1
     ), counted AS (
         INSERT INTO webhook_duplicates (provider, source, event_id, event_source)
@@ -91,7 +109,7 @@ DuplicateCount = text("""
     )
     SELECT j.id, j.status, o.event_id FROM original o
     LEFT JOIN jobs j ON j.provider = :provider AND j.source = o.source
-                    AND j.event_id = o.event_id
+                    AND j.event_id = o.event_id AND j.created_at = o.received_at
 """)
 
 # --- jobs ---------------------------------------------------------------------------
@@ -139,6 +157,9 @@ DUE = f"status = '{PENDING}' AND NOT held AND run_at <= now() AND NOT {PAUSED}"
 
 # SKIP LOCKED: a job locked by another worker's open transaction is skipped, never waited
 # for; the lock is held until this transaction commits the job's effects and its `done`.
+# webhook_events first: every statement that locks both tables locks the events' before the
+# jobs' (the ingest's inserts, these claims), as retention's drop of a day does
+# (shared/partitions.py), so that none waits for the other in a circle.
 # Proven by: test_jobs.py::test_batch_claims_race_without_overlap,
 # test_worker_process.py::test_worker_killed_mid_transaction_loses_nothing_and_applies_once,
 # test_pause.py::test_a_paused_providers_jobs_are_not_claimed_nor_due (DUE),
@@ -146,9 +167,10 @@ DUE = f"status = '{PENDING}' AND NOT held AND run_at <= now() AND NOT {PAUSED}"
 JobClaimDue = text(f"""
     SELECT j.id, j.provider, j.source, j.event_id, j.event_type, j.attempts,
            e.payload::text AS payload, e.received_at, j.trace_context, e.account, e.livemode
-    FROM jobs j JOIN webhook_events e USING (provider, source, event_id)
-    WHERE j.id IN (
-        SELECT id FROM jobs
+    FROM webhook_events e JOIN jobs j ON e.provider = j.provider AND e.source = j.source
+        AND e.event_id = j.event_id AND e.received_at = j.created_at
+    WHERE (j.id, j.created_at) IN (
+        SELECT id, created_at FROM jobs
         WHERE {DUE}
         ORDER BY run_at, id
         LIMIT :limit
@@ -174,7 +196,8 @@ JOB_KEY_LOCK_SPACE = 0x77686B  # the first half of the two-int advisory lock key
 JobClaimById = text(f"""
     SELECT j.id, j.provider, j.source, j.event_id, j.event_type, j.attempts,
            e.payload::text AS payload, e.received_at, j.trace_context, e.account, e.livemode
-    FROM jobs j JOIN webhook_events e USING (provider, source, event_id)
+    FROM webhook_events e JOIN jobs j ON e.provider = j.provider AND e.source = j.source
+        AND e.event_id = j.event_id AND e.received_at = j.created_at
     WHERE j.id = (
         SELECT id FROM jobs
         WHERE id = :id AND {DUE}
@@ -189,10 +212,11 @@ JobClaimById = text(f"""
 # index is kept off the acknowledgement's transaction). ON CONFLICT DO NOTHING: a retried
 # or replayed job's event has its document already (the payload never changes).
 EVENT_SEARCH_INSERT = f"""
-    INSERT INTO event_search (provider, source, event_id, document)
-    SELECT provider, source, event_id, {EVENT_SEARCH_DOCUMENT}
+    INSERT INTO event_search (provider, source, event_id, received_at, document)
+    SELECT provider, source, event_id, received_at, {EVENT_SEARCH_DOCUMENT}
     FROM webhook_events
-    WHERE (provider, source, event_id) IN (SELECT provider, source, event_id FROM marked)
+    WHERE (provider, source, event_id, received_at)
+          IN (SELECT provider, source, event_id, created_at FROM marked)
     ON CONFLICT DO NOTHING
 """
 
@@ -209,9 +233,11 @@ JobMarkDoneMany = text(f"""
         UPDATE jobs SET status = '{DONE}', attempts = attempts + 1,
                         finished_at = statement_timestamp(),
                         outcome = done.outcome, last_error = NULL
-        FROM unnest(CAST(:ids AS bigint[]), CAST(:outcomes AS text[])) AS done (id, outcome)
-        WHERE jobs.id = done.id AND jobs.status = '{PENDING}'
-        RETURNING jobs.provider, jobs.source, jobs.event_id
+        FROM unnest(CAST(:ids AS bigint[]), CAST(:created AS timestamptz[]),
+                    CAST(:outcomes AS text[])) AS done (id, created_at, outcome)
+        WHERE jobs.id = done.id AND jobs.created_at = done.created_at
+          AND jobs.status = '{PENDING}'
+        RETURNING jobs.provider, jobs.source, jobs.event_id, jobs.created_at
     ), indexed AS ({EVENT_SEARCH_INSERT})
     SELECT count(*) FROM marked
 """)
@@ -227,8 +253,8 @@ JobMarkRetry = text(f"""
     WITH marked AS (
         UPDATE jobs SET attempts = attempts + 1, last_error = :error,
                         run_at = now() + make_interval(secs => :delay), held = {PAUSED}
-        WHERE id = :id AND status = '{PENDING}'
-        RETURNING provider, source, event_id
+        WHERE id = :id AND created_at = :created_at AND status = '{PENDING}'
+        RETURNING provider, source, event_id, created_at
     ), indexed AS ({EVENT_SEARCH_INSERT})
     SELECT count(*) FROM marked
 """)
@@ -237,18 +263,21 @@ JobMarkFailed = text(f"""
     WITH marked AS (
         UPDATE jobs SET status = '{FAILED}', attempts = attempts + 1, last_error = :error,
                         finished_at = statement_timestamp()
-        WHERE id = :id AND status = '{PENDING}'
-        RETURNING provider, source, event_id
+        WHERE id = :id AND created_at = :created_at AND status = '{PENDING}'
+        RETURNING provider, source, event_id, created_at
     ), indexed AS ({EVENT_SEARCH_INSERT})
     SELECT count(*) FROM marked
 """)
 
 # The search index's pending list merged into the index, by the clock's sweep: a GIN insert
 # that overfills the list merges it in its own transaction, and this keeps that out of the
-# worker's batches (models.event_search). Postgres lets only the index's owner run it;
-# returns the pages merged.
+# worker's batches (models.event_search), for each partition's index. Postgres lets only
+# the index's owner run it; returns the pages merged.
 # Proven by: test_event_search_index.py::test_the_sweep_merges_the_search_pending_list.
-EventSearchFlush = text("SELECT gin_clean_pending_list('ix_event_search_document')")
+EventSearchFlush = text("""
+    SELECT coalesce(sum(gin_clean_pending_list(relid)), 0)
+    FROM pg_partition_tree('ix_event_search_document') WHERE isleaf
+""")
 
 JobCountDue = text(f"""
     SELECT count(*) FROM jobs WHERE {DUE}
@@ -456,38 +485,62 @@ JobReplay = text(f"""
     RETURNING id
 """)
 
-# Retention: a bounded batch of events whose job is done and finished before the cutoff,
-# with their jobs and duplicate records (ON DELETE CASCADE) and their search documents
-# (event_search has no foreign key: deleted here, in the same statement). Never pending or
-# failed work. SKIP LOCKED keeps two pruners out of each other's way. Returns how many
-# events it deleted.
+# Retention, row by row: a bounded batch of events whose job is done and finished before
+# the cutoff, with their jobs and search documents, in one statement. Retention drops whole
+# days (shared/partitions.py); what is left to this statement is what no dropped day held:
+# the DEFAULT partitions' rows (unfinished jobs a dropped day kept, finished since, and rows
+# recorded while no day's partition covered them), found through the done jobs' index; never
+# the rows of the day the cutoff falls in, which its day's drop takes whole the next night.
+# Never pending or failed work. SKIP LOCKED keeps two pruners out of each other's way.
+# Returns how many events it deleted.
 # Proven by: test_clock.py::test_prune_keeps_pending_and_failed_work_and_recent_events,
-# test_event_search_index.py::test_prune_deletes_the_search_documents_with_their_events.
+# test_partitions.py::test_a_kept_job_finished_later_is_pruned_from_the_default_partition,
+# ::test_the_day_the_cutoff_falls_in_is_left_to_its_drop.
+CUTOFF_DAY = "date_trunc('day', now() - make_interval(days => :days), 'UTC')"
 EventDeleteFinished = text(f"""
     WITH old AS (
-        SELECT j.provider, j.source, j.event_id FROM jobs j
+        SELECT j.provider, j.source, j.event_id, j.created_at FROM jobs j
         WHERE j.status = '{DONE}' AND j.finished_at < now() - make_interval(days => :days)
+          AND j.created_at NOT BETWEEN {CUTOFF_DAY} AND {CUTOFF_DAY} + interval '1 day'
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ), unsearched AS (
         DELETE FROM event_search s USING old
         WHERE s.provider = old.provider AND s.source = old.source AND s.event_id = old.event_id
+    ), unjobbed AS (
+        DELETE FROM jobs j USING old
+        WHERE j.provider = old.provider AND j.source = old.source AND j.event_id = old.event_id
+          AND j.created_at = old.created_at
     ), deleted AS (
         DELETE FROM webhook_events e USING old
         WHERE e.provider = old.provider AND e.source = old.source AND e.event_id = old.event_id
+          AND e.received_at = old.created_at
         RETURNING 1
     )
     SELECT count(*) FROM deleted
 """)
 
+# Duplicate records older than the cutoff, a bounded batch (their received_at index).
+# Proven by: test_partitions.py::test_prune_drops_whole_days_and_keeps_unfinished_work.
+DuplicateDeleteOld = text("""
+    DELETE FROM webhook_duplicates WHERE id IN (
+        SELECT id FROM webhook_duplicates
+        WHERE received_at < now() - make_interval(days => :days)
+        LIMIT :limit)
+""")
+
 # --- reconciliation -----------------------------------------------------------------
 
-# Which of a page of the provider's event ids are recorded already (read-only: the record
-# itself goes through EventJobInsert, whose ON CONFLICT is what makes it safe).
-# Proven by: test_reconcile.py::test_stripe_records_what_was_never_delivered_once.
+# Which of a page of the provider's event ids are recorded already: their keys in the
+# dedup table, the ingest's (so kept DEDUP_HORIZON_DAYS, past the events' retention).
+# Read-only: the record itself goes through EventJobInsert, whose dedup insert is what
+# makes it safe.
+# Proven by: test_reconcile.py::test_stripe_records_what_was_never_delivered_once,
+# test_partitions.py::test_reconciliation_counts_a_pruned_event_as_recorded.
 EventListRecorded = text("""
-    SELECT event_id FROM webhook_events
-    WHERE provider = :provider AND event_id = ANY(CAST(:event_ids AS text[]))
+    SELECT listed.event_id FROM unnest(CAST(:event_ids AS text[])) AS listed (event_id)
+    WHERE EXISTS (SELECT FROM webhook_dedup d
+                  WHERE d.key = webhook_dedup_key(:provider, :source, listed.event_id))
 """)
 
 # The connected accounts a Connect source's recorded events name: reconciliation lists
@@ -634,15 +687,15 @@ MetricsFailovers = text("SELECT count(*) FROM database_timelines WHERE failover"
 # ::test_the_audit_needs_only_the_right_to_read.
 AuditSnapshot = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
-# Events without their job: EventJobInsert writes both in one statement and retention
-# deletes both (ON DELETE CASCADE), so none should exist. An anti-join through the jobs'
-# UNIQUE (provider, source, event_id) index.
+# Events without their job: EventJobInsert writes both in one statement, in the same day's
+# partitions, and retention removes both, so none should exist. An anti-join through the
+# jobs' UNIQUE (provider, source, event_id, created_at) index.
 # Proven by: test_audit.py::test_the_audit_names_an_event_without_its_job.
 AuditEventsWithoutJob = text("""
     SELECT e.provider, e.event_id, e.event_type, e.received_at FROM webhook_events e
     WHERE NOT EXISTS (SELECT FROM jobs j
                       WHERE j.provider = e.provider AND j.source = e.source
-                        AND j.event_id = e.event_id)
+                        AND j.event_id = e.event_id AND j.created_at = e.received_at)
       AND (CAST(:since AS timestamptz) IS NULL OR e.received_at >= :since)
     ORDER BY e.provider, e.event_id
 """)

@@ -140,7 +140,8 @@ def reconcile(engine: Engine, source: EventsAPI, provider: str, since: datetime,
         for page in source.pages(since):
             listings = sorted(_unique(page, seen), key=lambda item: item.created)
             result.listed += len(listings)
-            recorded = _recorded(engine, provider, [item.event_id for item in listings])
+            recorded = _recorded(engine, provider, result.source,
+                                 [item.event_id for item in listings])
             missing = [item for item in listings if item.event_id not in recorded]
             result.already += len(listings) - len(missing)
             if dry_run:
@@ -165,14 +166,18 @@ def _unique(listings: Iterable[Listing], seen: set[str]) -> Iterator[Listing]:
             yield listing
 
 
-def _recorded(engine: Engine, provider: str, event_ids: Sequence[str]) -> set[str]:
+def _recorded(engine: Engine, provider: str, source: str,
+              event_ids: Sequence[str]) -> set[str]:
+    """Of event_ids, those whose dedup keys are recorded (the source's, for a provider whose
+    key holds its source)."""
     found: set[str] = set()
     if not event_ids:
         return found
     with db.transaction(engine) as conn:
         for start in range(0, len(event_ids), CHECK_BATCH):
             found.update(db.fetch_scalars_in(conn, queries.EventListRecorded, {
-                "provider": provider, "event_ids": list(event_ids[start:start + CHECK_BATCH])}))
+                "provider": provider, "source": source,
+                "event_ids": list(event_ids[start:start + CHECK_BATCH])}))
     return found
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from webhooks.shared import db, providers, queries, sources
+from webhooks.shared import db, providers, queries
 from webhooks.shared.errors import DatabaseUnavailable, InvalidPayload
 from webhooks.shared.models import JobStatus, ReceivedVia
 
@@ -76,9 +76,9 @@ def _record(engine: Engine, provider: str, event_id: str, event_type: str,
     # delivery re-sent under new ids would mint new events, so its body is unique too, per
     # event type (Shopify sends one order's body as orders/create and as orders/paid).
     body_sha256 = None if providers.signs_event_id(provider) else hashlib.sha256(payload).digest()
+    # The dedup key (webhook_dedup_key, in SQL: the source is part of it for `standard` only)
     key = {"provider": provider, "source": origin.source or provider, "event_id": event_id,
-           "event_type": event_type, "body_sha256": body_sha256,
-           "scoped": sources.dedup_by_source(provider)}
+           "event_type": event_type, "body_sha256": body_sha256}
     try:
         # One statement on an autocommit engine is one transaction, committed before
         # fetch_one returns.

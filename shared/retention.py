@@ -1,36 +1,43 @@
-"""Retention (`webhooks prune`, the clock's nightly tick): delete events whose job is
-`done` and finished more than `days` ago, with their jobs, duplicate records and search
-documents, in bounded batches so no lock is held for long.
+"""Retention (`webhooks prune`, the clock's nightly tick).
 
-Notifications sent or failed more than `days` ago go too (their deliveries with them),
-and the coalescing windows that closed before then.
+- Events, jobs and search documents: whole days dropped, their unfinished rows kept
+  (shared/partitions.py: `prune`), and the dedup keys past DEDUP_HORIZON_DAYS (never
+  sooner than the events: a key outlives its event, so a redelivery of a pruned event is
+  still a duplicate).
+- Duplicate records older than `days`, in bounded batches (one row per duplicate delivery:
+  a fraction of the events).
+- Notifications sent or failed more than `days` ago (their deliveries with them), and the
+  coalescing windows that closed before then.
 
 Never touches pending or failed work, the ledger, or the outbox (whose keys keep emails
-unique forever). Pruning ends duplicate detection for those events: keep RETENTION_DAYS
-well beyond the providers' retry windows (Stripe retries for up to 3 days).
+unique forever).
 """
 
 from __future__ import annotations
 
+from sqlalchemy import TextClause
 from sqlalchemy.engine import Engine
 
-from webhooks.shared import queries
+from webhooks.shared import partitions, queries
 
 BATCH_SIZE = 1000
 
 
-def prune(engine: Engine, days: int, batch_size: int = BATCH_SIZE) -> int:
-    """Delete finished events (and jobs) older than days; returns how many events."""
-    total = 0
+def prune(engine: Engine, days: int, horizon_days: int,
+          batch_size: int = BATCH_SIZE) -> partitions.Pruned:
+    """Retention of everything above; returns what went of the events."""
+    pruned = partitions.prune(engine, days, horizon_days, batch_size)
+    _in_batches(engine, queries.DuplicateDeleteOld, days, batch_size)
+    _prune_notifications(engine, days, batch_size)
+    return pruned
+
+
+def _in_batches(engine: Engine, statement: TextClause, days: int, batch_size: int) -> None:
     while True:
         with engine.begin() as conn:
-            deleted = conn.execute(queries.EventDeleteFinished,
-                                   {"days": days, "limit": batch_size}).scalar_one()
-        total += deleted
+            deleted = conn.execute(statement, {"days": days, "limit": batch_size}).rowcount
         if deleted < batch_size:
-            break
-    _prune_notifications(engine, days, batch_size)
-    return total
+            return
 
 
 def _prune_notifications(engine: Engine, days: int, batch_size: int) -> None:

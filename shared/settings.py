@@ -132,6 +132,10 @@ class Settings:
         "`/metrics`); `0`: never", DEPLOY)
     retention_days: int = setting("RETENTION_DAYS", v.integer(1), 30,
                                   "age of pruned finished events", DEPLOY)
+    dedup_horizon_days: int = setting(
+        "DEDUP_HORIZON_DAYS", v.integer(7), 90,
+        "how long a redelivery is still a duplicate (Paddle replays for 90 days); "
+        "never shorter than `RETENTION_DAYS`", DEPLOY)
     postmark_server_token: str | None = setting(
         "POSTMARK_SERVER_TOKEN", v.text, None, "Postmark server token", DEPLOY,
         "unset: emails go to the log")

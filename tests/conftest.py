@@ -30,7 +30,7 @@ TABLES = ("outbox", "ledger_entries", "accounts", "subscriptions", "webhook_dupl
           "reconcile_runs", "paused_providers", "audit_results", "jobs", "webhook_events",
           "failover_reconciles", "database_timelines", "notification_deliveries",
           "notifications", "notification_windows", "notification_health", "clock_heartbeats",
-          "event_search", "calls")
+          "event_search", "calls", "webhook_dedup")
 KEEP_SERVERS = "WEBHOOKS_TEST_KEEP_SERVERS"
 
 

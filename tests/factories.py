@@ -86,9 +86,9 @@ def insert_event_and_job(engine: Engine, event: dict[str, Any], provider: str = 
 def index_for_search(conn: sa.Connection, job_id: int) -> None:
     """The search document of the job's event, as the worker's marking statements write it."""
     conn.execute(sa.text(f"""
-        INSERT INTO event_search (provider, source, event_id, document)
-        SELECT e.provider, e.source, e.event_id, {EVENT_SEARCH_DOCUMENT}
+        INSERT INTO event_search (provider, source, event_id, received_at, document)
+        SELECT e.provider, e.source, e.event_id, e.received_at, {EVENT_SEARCH_DOCUMENT}
         FROM webhook_events e JOIN jobs j USING (provider, source, event_id)
-        WHERE j.id = :id
+        WHERE j.id = :id AND j.created_at = e.received_at
         ON CONFLICT DO NOTHING
     """), {"id": job_id})

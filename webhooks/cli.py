@@ -445,8 +445,11 @@ def prune(days: int | None) -> None:
     from webhooks.shared.retention import prune as run_prune
 
     days = days or settings.retention_days
-    deleted = _database(lambda: run_prune(_engine(settings), days))
-    click.echo(f"pruned {deleted} finished event(s) older than {days} day(s)")
+    pruned = _database(lambda: run_prune(_engine(settings), days, settings.dedup_horizon_days))
+    click.echo(f"pruned {pruned.events} finished event(s) older than {days} day(s)")
+    if pruned.partitions or pruned.kept:
+        click.echo(f"dropped {pruned.partitions} partition(s); kept {pruned.kept} unfinished "
+                   "job(s) and their events")
 
 
 @main.command()

@@ -201,6 +201,15 @@ def upgrade(connection: Connection, modules: Iterable[str]) -> list[Applied]:
     return applied
 
 
+def partition_names(connection: Connection) -> set[str]:
+    """The partitions in the tables' schema (of events, jobs, search documents and dedup
+    keys: shared/partitions.py creates and drops them): tables of no MetaData, compared
+    through their partitioned tables."""
+    return set(connection.execute(sa.text(
+        "SELECT relname FROM pg_class WHERE relispartition AND relkind IN ('r', 'p') "
+        "AND relnamespace = CAST(current_schema() AS regnamespace)")).scalars())
+
+
 def check(connection: Connection, modules: Iterable[str]) -> list[str]:
     """What differs from the code, one line each (none: all is current): a history not at
     its head, and the database's tables against the core's and the apps' MetaData."""
@@ -213,8 +222,10 @@ def check(connection: Connection, modules: Iterable[str]) -> list[str]:
                             f"head {', '.join(heads)} ({history.version_table})")
     version_tables = {history.version_table for history in found}
 
+    partitions = partition_names(connection)
+
     def include_name(name: str | None, kind: str, parents: Any) -> bool:
-        return not (kind == "table" and name in version_tables)
+        return not (kind == "table" and (name in version_tables or name in partitions))
 
     context = MigrationContext.configure(
         connection, opts={"compare_type": True, "include_name": include_name})

@@ -341,7 +341,9 @@ def _outcome(ctx: handlers.JobContext, apps: list[tuple[str, handlers.Handler]])
 def _mark_done(conn: Connection, applied: list[_Applied]) -> None:
     """The jobs done, and their events' search documents written, in one statement."""
     marked = db.fetch_in(conn, queries.JobMarkDoneMany, {
-        "ids": [job.row.id for job in applied], "outcomes": [job.outcome for job in applied],
+        "ids": [job.row.id for job in applied],
+        "created": [job.row.received_at for job in applied],  # the job's day: its partition
+        "outcomes": [job.outcome for job in applied],
     })
     updated = marked[0] if marked else 0
     if updated != len(applied):
@@ -432,13 +434,15 @@ def _after_error(
     result.notes.failed_attempt(row.provider, row.source, job_id=row.id,
                                 event_id=row.event_id, error=message, final=final)
     if final:
-        _mark(conn, queries.JobMarkFailed, {"id": row.id, "error": message})
+        _mark(conn, queries.JobMarkFailed,
+              {"id": row.id, "created_at": row.received_at, "error": message})
         result.failed += 1
         metrics.jobs_failed.inc()
         log.error("job failed", extra={**log_fields, "attempts": attempts, "error": message})
         return
     delay = policy.delay(attempts)
-    _mark(conn, queries.JobMarkRetry, {"id": row.id, "error": message, "delay": delay})
+    _mark(conn, queries.JobMarkRetry, {"id": row.id, "created_at": row.received_at,
+                                       "error": message, "delay": delay})
     result.retried.append((row.id, delay))
     metrics.jobs_retried.inc()
     log.warning("job attempt failed, will retry",

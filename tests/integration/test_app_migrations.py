@@ -93,8 +93,12 @@ CONTENT = {
     "accounts": "SELECT a::text FROM accounts a ORDER BY 1",
     "ledger_entries": "SELECT e::text FROM ledger_entries e ORDER BY 1",
     "subscriptions": "SELECT s::text FROM subscriptions s ORDER BY 1",
-    "webhook_events": "SELECT e::text FROM webhook_events e ORDER BY 1",
-    "jobs": "SELECT j::text FROM jobs j ORDER BY 1",
+    # The core's columns of 0021, by name (0023 partitions these tables and adds columns)
+    "webhook_events": "SELECT (e.id, e.provider, e.source, e.event_id, e.event_type, "
+                      "e.payload, e.received_at, e.received_via, e.account, e.livemode)::text "
+                      "FROM webhook_events e ORDER BY 1",
+    "jobs": "SELECT (j.id, j.provider, j.source, j.event_id, j.status, j.attempts, "
+            "j.created_at, j.finished_at)::text FROM jobs j ORDER BY 1",
 }
 
 # The reference app's tables as Postgres has them: columns, constraints, indexes.

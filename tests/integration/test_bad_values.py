@@ -35,6 +35,7 @@ BAD_VALUES: dict[str, str] = {
     "JOB_RETRY_BASE_SECONDS": "-2",
     "SWEEP_INTERVAL_SECONDS": "0",
     "RETENTION_DAYS": "1.5",
+    "DEDUP_HORIZON_DAYS": "6",
     "POSTMARK_API_URL": "ftp://postmark",
     "EMAIL_FROM": "billing",
     "WEBHOOK_HANDLERS": "no.such.module",

@@ -100,7 +100,7 @@ def test_prune_keeps_pending_and_failed_work_and_recent_events(
 
     old_done = [job("done", 40) for _ in range(5)]
     kept = [job("pending", 40), job("failed", 40), job("done", 3)]
-    assert retention.prune(clean_db, days=30, batch_size=2) == 5
+    assert retention.prune(clean_db, days=30, horizon_days=90, batch_size=2).events == 5
     with clean_db.connect() as conn:
         remaining = {row[0] for row in conn.execute(sa.text("SELECT id FROM jobs"))}
     assert remaining == set(kept) and not remaining & set(old_done)
@@ -123,5 +123,6 @@ def test_duplicate_within_retention_is_still_detected_after_prune(
     with clean_db.begin() as conn:
         conn.execute(sa.text("UPDATE jobs SET status = 'done', finished_at = now() - "
                              "interval '2 days'"))
-    assert retention.prune(clean_db, days=settings.retention_days) == 0
+    assert retention.prune(clean_db, days=settings.retention_days,
+                           horizon_days=settings.dedup_horizon_days).events == 0
     assert deliver() == {"event_id": json.loads(body)["id"], "duplicate": True, "status": "done"}

@@ -47,10 +47,13 @@ def _indexes(engine: Engine) -> dict[str, bool]:
 
 
 def test_0021_keys_the_body_per_type_in_place(old_database: tuple[str, Engine]) -> None:
+    """The body recorded under one type before 0021 (when a body was one event whatever its
+    type) is keyed by its type from then on: in the index 0021 builds, and at the head in
+    the dedup keys 0023 backfills from the events."""
     url, engine = old_database
-    assert recording.record_event(engine, "shopify", "wh-paid", "orders/paid", BODY).duplicate
-    migration_locks.upgrade(url, "head")
+    migration_locks.upgrade(url, "0021")
     assert _indexes(engine) == {"ux_webhook_events_body_type": True}
+    migration_locks.upgrade(url, "head")
     paid = recording.record_event(engine, "shopify", "wh-paid", "orders/paid", BODY)
     assert not paid.duplicate and paid.job_id is not None
     minted = recording.record_event(engine, "shopify", "wh-minted", "orders/create", BODY)
@@ -65,8 +68,9 @@ def test_0021_rebuilds_an_index_an_interrupted_build_left_invalid(
                              "(provider, body_sha256) WHERE body_sha256 IS NOT NULL"))
         conn.execute(sa.text("UPDATE pg_index SET indisvalid = false "
                              "WHERE indexrelid = 'ux_webhook_events_body_type'::regclass"))
-    migration_locks.upgrade(url, "head")
+    migration_locks.upgrade(url, "0021")
     assert _indexes(engine) == {"ux_webhook_events_body_type": True}
+    migration_locks.upgrade(url, "head")
     assert not recording.record_event(engine, "shopify", "wh-paid", "orders/paid", BODY).duplicate
 
 

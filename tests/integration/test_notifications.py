@@ -295,7 +295,7 @@ def test_retention_prunes_old_finished_notifications_only(clean_db, notify_setti
         conn.execute(sa.text("UPDATE notifications SET created_at = now() - interval '40 days'"))
         conn.execute(sa.text("UPDATE notification_windows "
                              "SET closes_at = now() - interval '40 days'"))
-    retention.prune(clean_db, 30)
+    retention.prune(clean_db, 30, 90)
     assert [n.kind for n in rows(clean_db)] == ["job.failed"]  # still pending: kept
     assert rows(clean_db, "SELECT * FROM notification_windows") == []
 

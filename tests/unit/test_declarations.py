@@ -4,12 +4,15 @@ providers reads the registry."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
 from webhooks import readme
 from webhooks.cli import source_of
 from webhooks.console.settings import ConsoleSettings
-from webhooks.shared import models, variables
+from webhooks.shared import variables
 from webhooks.shared.errors import ConfigError
 from webhooks.shared.providers import PROVIDERS, reconciled
 from webhooks.shared.providers.base import DedupScope, SecretFormat
@@ -87,13 +90,17 @@ def test_the_handler_modules_are_found_without_being_imported() -> None:
             variables.modules(missing)
 
 
-def test_the_dedup_index_leaves_out_exactly_the_providers_whose_ids_are_per_source() -> None:
-    """The one provider name the schema holds: the partial unique index on (provider,
-    event_id) leaves out the providers whose records scope dedup to a source. A record
-    that changes its scope needs a migration of that index (CONTRIBUTING.md)."""
-    index = next(index for index in models.webhook_events.indexes
-                 if index.name == "ux_webhook_events_provider_event_id")
-    where = str(index.dialect_options["postgresql"]["where"])
+def test_the_dedup_key_holds_the_source_for_exactly_the_providers_whose_ids_are_per_source(
+) -> None:
+    """The one list of provider names the schema holds: webhook_dedup_key (migration 0023)
+    puts the source in the key of the providers whose records scope dedup to a source. A
+    record that changes its scope needs a migration of that function (CONTRIBUTING.md)."""
+    path = Path(__file__).parents[2] / "alembic" / "versions" / "0023_partitioned_events.py"
+    spec = importlib.util.spec_from_file_location("migration_0023", path)
+    assert spec is not None and spec.loader is not None
+    migration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migration)
     scoped = sorted(name for name, record in PROVIDERS.items()
                     if record.dedup is DedupScope.SOURCE)
-    assert where == " AND ".join(f"provider <> '{name}'" for name in scoped)
+    assert sorted(migration.SOURCE_SCOPED) == scoped
+    assert f"provider IN ({', '.join(repr(name) for name in scoped)})" in migration.KEY_FUNCTIONS

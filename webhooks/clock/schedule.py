@@ -8,6 +8,8 @@
   each source with credentials not yet reconciled over RECONCILE_AFTER_FAILOVER_HOURS
   before the latest failover the sweep recorded (shared/failover.py);
 - prune, nightly: retention (shared/retention.py);
+- partitions, hourly and at start: the days ahead, the dedup generation, statistics
+  (shared/partitions.py);
 - audit, every AUDIT_INTERVAL_SECONDS (the first within AUDIT_FIRST_AFTER_SECONDS of the
   start): `webhooks audit`'s checks (shared/audit.py), each violation logged at ERROR, each
   check's count recorded for web's /metrics.
@@ -29,7 +31,16 @@ from sqlalchemy.engine import Engine
 
 from webhooks.clock.sweep import Beat, sweep
 from webhooks.shared import audit as audits
-from webhooks.shared import db, failover, hooks, queries, reconciliation, retention, wakeups
+from webhooks.shared import (
+    db,
+    failover,
+    hooks,
+    partitions,
+    queries,
+    reconciliation,
+    retention,
+    wakeups,
+)
 from webhooks.shared.errors import describe
 from webhooks.shared.settings import Settings
 from webhooks.shared.sources import Source
@@ -38,14 +49,25 @@ log = logging.getLogger(__name__)
 AUDIT_FIRST_AFTER_SECONDS = 300  # a clock's first audit, at most this long after its start
 
 
-def prune(engine: Engine, days: int) -> int | None:
+def prune(engine: Engine, days: int, horizon_days: int) -> int | None:
     """Retention, unless another clock is pruning right now (None)."""
     with engine.begin() as conn:
         if not conn.execute(queries.ClockTryLock, {"name": "webhooks:prune"}).scalar_one():
             return None
-    deleted = retention.prune(engine, days)
-    log.info("pruned finished events", extra={"deleted": deleted, "days": days})
-    return deleted
+    pruned = retention.prune(engine, days, horizon_days)
+    log.info("pruned finished events", extra={
+        "deleted": pruned.events, "days": days, "partitions": pruned.partitions,
+        "kept_jobs": pruned.kept, "dedup_generations": pruned.generations})
+    return pruned.events
+
+
+def maintain_partitions(engine: Engine, horizon_days: int) -> list[str] | None:
+    """The days' partitions ahead, the dedup generation and the partitioned tables'
+    statistics (shared/partitions.py), unless another clock is at it (None)."""
+    with engine.begin() as conn:
+        if not conn.execute(queries.ClockTryLock, {"name": "webhooks:prune"}).scalar_one():
+            return None
+    return partitions.maintain(engine, horizon_days)
 
 
 def reconcile(settings: Settings, engine: Engine, broker: dramatiq.Broker,
@@ -156,8 +178,13 @@ def run(settings: Settings) -> None:
                           args=(settings, recording, broker),
                           seconds=settings.sweep_interval_seconds, id="reconcile-after-failover",
                           max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
-    scheduler.add_job(_safely(prune), "cron", args=(engine, settings.retention_days),
+    scheduler.add_job(_safely(prune), "cron",
+                      args=(engine, settings.retention_days, settings.dedup_horizon_days),
                       hour=3, minute=17, id="prune", max_instances=1, coalesce=True)
+    scheduler.add_job(_safely(maintain_partitions), "interval",
+                      args=(engine, settings.dedup_horizon_days), hours=1,
+                      id="partitions", max_instances=1, coalesce=True,
+                      next_run_time=datetime.now(UTC))
     if settings.audit_interval_seconds > 0:
         hooks.load(settings.handler_modules)  # the apps' audit checks
         # The first run soon after start, not an interval later: a clock restarted more

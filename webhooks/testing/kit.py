@@ -29,6 +29,7 @@ from sqlalchemy.engine import Engine
 from webhooks import migrate
 from webhooks.ingest.app import create_app
 from webhooks.shared import audit, db, handlers, hooks, reconciliation, replay
+from webhooks.shared.models import dedup_generations
 from webhooks.shared.models import metadata as core_metadata
 from webhooks.shared.providers import PROVIDERS
 from webhooks.shared.providers.events_api import Fetched, Listing
@@ -136,8 +137,10 @@ class Kit:
         self.tables = self._app_tables()
         everything = sa.MetaData()
         everything.reflect(self.engine, only=[*self.tables, *core_metadata.tables])
+        # Every table but the dedup generations (the current one is where keys go).
         self._emptying = "; ".join(f"DELETE FROM {_quoted(table.name)}"
-                                   for table in reversed(everything.sorted_tables))
+                                   for table in reversed(everything.sorted_tables)
+                                   if table.name != dedup_generations.name)
         self.columns = self._compared_columns(set(ignore))
         self.ignored = sorted(ignore)
         self.faults = _Faults()
@@ -302,11 +305,13 @@ class Kit:
             engine.dispose()
 
     def _app_tables(self) -> list[str]:
-        """The tables the apps' migrations made: every table but the core's and the
-        version tables."""
+        """The tables the apps' migrations made: every table but the core's (and their
+        partitions) and the version tables."""
         names = sa.inspect(self.engine).get_table_names()
+        with self.engine.connect() as conn:
+            core_partitions = migrate.partition_names(conn)
         return sorted(name for name in names if name not in core_metadata.tables
-                      and not name.startswith("alembic_version"))
+                      and name not in core_partitions and not name.startswith("alembic_version"))
 
     def _compared_columns(self, ignore: set[str]) -> dict[str, tuple[str, ...]]:
         """Each app table's columns but those that differ by nature between two runs of
