@@ -166,18 +166,24 @@ def _fill(engine: Engine, day: date, events: int, *, keys: bool,
 
 def _drop(engine: Engine, plan: Plan, inspecting: bool) -> dict[str, Any]:
     loadavg = stack.load_average()
-    _autocommit(engine, "CHECKPOINT")
-    start = _position(engine)
-    started = time.monotonic()
-    pruned = partitions.prune(engine, plan.retention_days, plan.horizon_days)
-    seconds = time.monotonic() - started
-    wal = _wal(engine, start, _position(engine), inspecting)
+    pruned, seconds, wal = _measured_prune(engine, plan, inspecting)
     if pruned.events != plan.events:
         raise RuntimeError(f"the prune removed {pruned.events} events, not {plan.events}")
     return {"events": pruned.events, "partitions": pruned.partitions, "kept": pruned.kept,
             "seconds": round(seconds, 3), "wal": wal,
             "wal_bytes_per_event": _per(wal["bytes"], pruned.events),
             "load_average": loadavg}
+
+
+def _measured_prune(engine: Engine, plan: Plan, inspecting: bool,
+                    ) -> tuple[partitions.Pruned, float, dict[str, Any]]:
+    """partitions.prune right after a CHECKPOINT: what it removed, its seconds, its WAL."""
+    _autocommit(engine, "CHECKPOINT")
+    start = _position(engine)
+    started = time.monotonic()
+    pruned = partitions.prune(engine, plan.retention_days, plan.horizon_days)
+    seconds = time.monotonic() - started
+    return pruned, seconds, _wal(engine, start, _position(engine), inspecting)
 
 
 # --- 2. the previous release's row deletes ---------------------------------------------------
@@ -317,12 +323,7 @@ def _nightly(engine: Engine, plan: Plan, today: date, inspecting: bool) -> dict[
             "AND finished_at < now() - make_interval(days => :days)"),
             {"lower": partitions.midnight(day), "upper": partitions.midnight(
                 day + timedelta(days=1)), "days": plan.retention_days}).scalar_one()
-    _autocommit(engine, "CHECKPOINT")
-    start = _position(engine)
-    started = time.monotonic()
-    pruned = partitions.prune(engine, plan.retention_days, plan.horizon_days)
-    seconds = time.monotonic() - started
-    wal = _wal(engine, start, _position(engine), inspecting)
+    pruned, seconds, wal = _measured_prune(engine, plan, inspecting)
     history.drop(engine, [day])
     result = {"day": day.isoformat(), "events": events, "fill": fill,
               "past_cutoff": past_cutoff, "removed": pruned.events,

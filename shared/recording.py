@@ -51,8 +51,9 @@ def record_event(engine: Engine, provider: str, event_id: str, event_type: str,
     the job (shared/tracing.py); `origin` its source, account and livemode.
 
     The dedup key is the provider's (provider, event_id) whichever source carries the
-    event, and (provider, source, event_id) for `standard` (shared.sources.dedup_by_source):
-    a second source's delivery of one Stripe event is a duplicate, counted with its source.
+    event, and (provider, source, event_id) for `standard` (webhook_dedup_key, in SQL: the
+    records' DedupScope): a second source's delivery of one Stripe event is a duplicate,
+    counted with its source.
 
     Returns only after COMMIT, so an acknowledgement always stands on committed rows. A
     connection that died in the pool (database restarted) is retried once on a fresh one.
