@@ -8,16 +8,18 @@ millisecond Postgres does not get. This measures each stage of a delivery alone,
 `time.process_time` (CPU of this process, all threads; time waiting on Postgres is not
 counted), beside the whole request through the WSGI app:
 
-- the whole request: the Flask app as `webhooks web` builds it (environ prepared in
-  advance, as the server would hand it over)
+- the whole delivery on the front's path: `ingest.webhooks.answer` with the headers and
+  body the RSGI front hands it (`webhooks web` serves every delivery so, tracing off)
+- the whole request through the Flask app as `webhooks web` builds it (environ prepared
+  in advance, as the server would hand it over): the route, a thin adapter over the same
+  function, which serves deliveries while tracing is on and in the tests' client
 - Flask's floor: a one-route Flask app that reads the body and answers the same JSON
 - the signature check (shared/providers/stripe.py with the stripe library's scheme)
 - recording: the one statement through psycopg (shared/recording.py), client side only
-- the log line and the metrics of one delivery
+- the log line (DEBUG: off at the default LOG_LEVEL) and the metrics of one delivery
 - the wake-up (the waker thread's share per delivery, Redis included on our side)
-- what is left: the whole less the stages (the route's own code, werkzeug's request and
-  response objects beyond the floor's, the pool's checkout and checkin, the garbage
-  collector)
+- what is left: the front's whole less the stages (the decision's own code, the pool's
+  checkout and checkin, the garbage collector)
 
 Prints ms per delivery for each and its share of the whole. Saves to
 results/history/DATE-COMMIT-ingest-profile.json.
@@ -36,8 +38,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from werkzeug.datastructures import EnvironHeaders
+
 from benchmarks import report, stack
 from benchmarks.events import signed_delivery
+
+FRONT = "whole delivery (the front's path, answer)"
+FLASK = "whole request (Flask app)"
 
 
 def _cpu_ms(calls: list[Callable[[], Any]]) -> float:
@@ -107,9 +114,23 @@ def measure(requests: int) -> dict[str, float]:
     assert source is not None
     stages: dict[str, float] = {}
 
+    def answer(body: bytes, headers: dict[str, str]) -> Callable[[], None]:
+        environ = _environ(body, headers)
+        address = app.extensions["client_address"](environ)
+        front_headers = EnvironHeaders(environ)
+
+        def call() -> None:
+            answered = webhooks.answer(app, "stripe", None, address, front_headers, body)
+            if answered.status != 200:
+                raise RuntimeError(f"answered {answered.status}: {answered.body!r}")
+        return call
+
+    stages[FRONT] = _cpu_ms(
+        [answer(body, headers) for _, body, headers in _deliveries("front", requests)])
+
     whole = [_wsgi_call(app, _environ(body, headers))
              for _, body, headers in _deliveries("whole", requests)]
-    stages["whole request (Flask app)"] = _cpu_ms(whole)
+    stages[FLASK] = _cpu_ms(whole)
 
     floor = _flask_floor()
     stages["Flask floor (one route, same answer)"] = _cpu_ms(
@@ -132,11 +153,14 @@ def measure(requests: int) -> dict[str, float]:
     log = logging.getLogger(webhooks.__name__)
 
     def line(n: int) -> Callable[[], None]:
-        return lambda: log.info("event recorded", extra={
-            "provider": "stripe", "event_id": f"evt_{n}", "job_id": n,
-            "event_type": "invoice.paid"})
+        def call() -> None:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("event recorded", extra={
+                    "provider": "stripe", "event_id": f"evt_{n}", "job_id": n,
+                    "event_type": "invoice.paid"})
+        return call
 
-    stages["log line"] = _cpu_ms([line(n) for n in range(requests)])
+    stages["log line (DEBUG)"] = _cpu_ms([line(n) for n in range(requests)])
 
     def count() -> None:
         metrics.signature_verified.labels("stripe", "stripe", "1").inc()
@@ -154,9 +178,9 @@ def measure(requests: int) -> dict[str, float]:
     waker.close(timeout=10)
     stages["wake-up (waker thread)"] = (time.process_time() - started) * 1000 / requests
     stream.close()
-    parts = sum(value for name, value in stages.items() if not name.startswith("whole"))
-    stages["unattributed (the whole less the stages)"] = stages[
-        "whole request (Flask app)"] - parts
+    parts = sum(value for name, value in stages.items()
+                if name not in (FRONT, FLASK) and not name.startswith("Flask"))
+    stages["unattributed (the front's whole less the stages)"] = stages[FRONT] - parts
     return {name: round(value, 4) for name, value in stages.items()}
 
 
@@ -173,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         stages = measure(args.requests)
     finally:
         stack.drop(args.admin_url, name)
-    whole = stages["whole request (Flask app)"]
+    whole = stages[FRONT]
     print(f"web CPU per delivery, {args.requests} deliveries per stage "
           f"(load average {stack.load_average()}):")
     for stage, value in stages.items():

@@ -6,9 +6,11 @@ client that sends its headers and part of a body, then nothing, holds that threa
 long as it likes: a handful of such connections stop every delivery. Here the body is read
 on the server process's event loop, which waits on any number of stalled clients at no
 cost, within BODY_SECONDS and MAX_BODY_BYTES; only a request whose body has arrived is
-handed, as a WSGI environ with the body in memory, to the Flask app on a pool of `threads`
-threads (one database connection each). A client that stops sending gets 408 and loses
-its connection.
+handed on, to a pool of `threads` threads (one database connection each): a delivery to
+the route's own function (ingest.webhooks.answer), with its headers and body, without
+werkzeug's request and response objects; any other request, and every request while
+tracing is on, as a WSGI environ with the body in memory to the Flask app, whose route
+calls the same function. A client that stops sending gets 408 and loses its connection.
 
 What must be decided before any body is read (the allowlist's 403, the 404 of a provider
 not configured, the 413 of a Content-Length over the limit) is decided here from the
@@ -32,14 +34,14 @@ Hostile requests (docs/ingress.md, "Hostile clients"; security review 2026-12c):
 from __future__ import annotations
 
 import asyncio
-import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from flask import Flask
+from werkzeug.datastructures import EnvironHeaders
 
 from webhooks.ingest import webhooks
-from webhooks.shared import metrics, rsgi
+from webhooks.shared import metrics, rsgi, tracing
 from webhooks.shared.errors import BodyTimeout, InvalidPayload, PayloadTooLarge, RejectedDelivery
 
 # A body must arrive within this long of the request's headers. A provider's delivery is
@@ -120,7 +122,22 @@ class Front:
             self._refuse(protocol, environ, InvalidPayload(
                 "body shorter than its Content-Length (client went away)"))
             return
-        await rsgi.respond(protocol, self._pool, self._app, environ, body)
+        target = webhooks.provider_of(environ["PATH_INFO"])
+        if target is None or environ["REQUEST_METHOD"] != "POST" or tracing.enabled():
+            await rsgi.respond(protocol, self._pool, self._app, environ, body)
+            return
+        # A delivery: the route's own function (webhooks.answer), without werkzeug's
+        # request and response objects around it. With tracing on, the Flask app runs it,
+        # inside the request's span.
+        environ["CONTENT_LENGTH"] = str(len(body))
+        environ.pop("HTTP_TRANSFER_ENCODING", None)
+        provider, path = target
+        source = path.partition("/")[2] or None
+        address = self._app.extensions["client_address"](environ)
+        answered = await asyncio.get_running_loop().run_in_executor(
+            self._pool, webhooks.answer, self._app, provider, source, address,
+            EnvironHeaders(environ), body)
+        protocol.response_bytes(answered.status, answered.headers, answered.body)
 
     async def _body(self, protocol: Any, declared: int | None, hold: _Hold) -> bytes:
         """The whole body, counted piece by piece whether or not a Content-Length came:
@@ -234,5 +251,5 @@ def _answer(protocol: Any, status: int, body: dict[str, str],
             extra: list[tuple[str, str]] | None = None) -> None:
     """A refusal: its body is left unread, so the connection is not used again."""
     headers = [("content-type", "application/json"), ("connection", "close"), *(extra or [])]
-    protocol.response_bytes(status, headers, json.dumps(body).encode())
+    protocol.response_bytes(status, headers, webhooks.json_body(body))
 

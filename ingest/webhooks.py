@@ -20,13 +20,16 @@ test_a_configured_and_an_unknown_source_name_answer_alike).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import sqlalchemy as sa
-from flask import Blueprint, Flask, Response, current_app, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, request
 
 from webhooks.ingest.allowlist import Allowlist
 from webhooks.shared import metrics, providers, tracing
@@ -37,7 +40,7 @@ from webhooks.shared.errors import (
     ProviderNotConfigured,
     RejectedDelivery,
 )
-from webhooks.shared.providers.base import Delivery
+from webhooks.shared.providers.base import Delivery, Headers
 from webhooks.shared.recording import Origin, RecordingResult, record_event
 from webhooks.shared.settings import Settings
 from webhooks.shared.sources import Source
@@ -80,44 +83,99 @@ def count_from_start(configured: list[Source]) -> None:
         metrics.ack_latency.labels(source.provider)
 
 
-@blueprint.post(f"{PATH_PREFIX}<provider>")
-@blueprint.post(f"{PATH_PREFIX}<provider>/<source>")
-def receive(provider: str, source: str | None = None) -> tuple[Response, int] | Response:
+@dataclass(frozen=True)
+class Answer:
+    """What a delivery is answered: status, headers, body (JSON)."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+def answer(app: Flask, provider: str, source: str | None, address: str | None,
+           headers: Headers, body: bytes | Callable[[], bytes]) -> Answer:
+    """The whole decision on one delivery to /webhooks/<provider>[/<source>], whoever
+    serves it: the Flask route below, or the RSGI front (ingest.front) with the body it
+    read on its event loop. `address` is the client's (REMOTE_ADDR as ProxyFix found it
+    behind TRUSTED_PROXIES); `body` the bytes, or a function that reads them, called only
+    once the checks before the body have passed. Every refusal is counted and answered
+    here, a database outage is 503 with Retry-After, and an unexpected error is 503 too:
+    nothing was committed, and the provider retries."""
     started = time.perf_counter()
     path = provider if source is None else f"{provider}/{source}"
-    labels = _labels(current_app, provider, path)
+    labels = _labels(app, provider, path)
     try:
-        found = _check_before_body(current_app, provider, path, request.remote_addr,
-                                   request.content_length)
-        body, delivery = _verified_delivery(found)
+        found = _check_before_body(app, provider, path, address,
+                                   _content_length(headers))
+        delivery, data = _verified_delivery(app, found, path, headers, body)
         _count_secret(found, delivery)
         if delivery.reply is not None:
-            return jsonify(delivery.reply)
-        recorded = record_event(current_app.extensions["engine"], provider,
-                                delivery.event_id, delivery.event_type, body,
+            return _json(200, delivery.reply)
+        recorded = record_event(app.extensions["engine"], provider,
+                                delivery.event_id, delivery.event_type, data,
                                 trace_context=tracing.traceparent(),
                                 origin=Origin(found.name, delivery.account, delivery.livemode))
     except RejectedDelivery as error:
-        _count_rejected(labels, error, request.remote_addr)
-        response = jsonify({"error": str(error)})
+        _count_rejected(labels, error, address)
+        refused = _json(error.status, {"error": str(error)})
         if error.status in (403, 413):  # the body was left unread
-            close_connection(response)
-        return response, error.status
+            refused.headers.append(CLOSE)
+        return refused
     except DatabaseUnavailable as error:
         metrics.deliveries_rejected.labels(*labels, DATABASE).inc()
         log.error("database unavailable, answered 503", extra={"provider": labels[0],
                                                               "error": str(error)})
-        response = jsonify({"error": "database unavailable"})
-        response.headers["Retry-After"] = RETRY_AFTER_SECONDS
-        return response, 503
-    _after_commit(found, delivery, recorded)
+        return _json(503, {"error": "database unavailable"}, [RETRY_AFTER])
+    except Exception as error:
+        # Nothing was committed (the transaction rolled back); ask the provider to retry.
+        log.exception("unexpected error")
+        metrics.deliveries_rejected.labels(*labels, _refusal_reason(error)).inc()
+        return _json(503, {"error": "internal error, retry later"}, [RETRY_AFTER])
+    _after_commit(app, found, delivery, recorded)
     if tracing.enabled():
         tracing.annotate({"webhooks.provider": provider, "webhooks.event_id": delivery.event_id,
                           "webhooks.event_type": delivery.event_type,
                           "webhooks.duplicate": recorded.duplicate})
     metrics.ack_latency.labels(provider).observe(time.perf_counter() - started)
-    return jsonify({"event_id": recorded.event_id or delivery.event_id,
-                    "duplicate": recorded.duplicate, "status": recorded.status})
+    return _json(200, {"event_id": recorded.event_id or delivery.event_id,
+                       "duplicate": recorded.duplicate, "status": recorded.status})
+
+
+@blueprint.post(f"{PATH_PREFIX}<provider>")
+@blueprint.post(f"{PATH_PREFIX}<provider>/<source>")
+def receive(provider: str, source: str | None = None) -> Response:
+    """The route: an adapter from werkzeug's request and response to `answer`."""
+    settings: Settings = current_app.extensions["settings"]
+    answered = answer(current_app._get_current_object(),  # type: ignore[attr-defined]
+                      provider, source, request.remote_addr, request.headers,
+                      lambda: _read_body(settings.max_body_bytes))
+    return Response(answered.body, answered.status, answered.headers)
+
+
+# An answer's headers: JSON; the connection closed after a refusal that left the body
+# unread (the server drops it rather than read the rest, and the client sends no more on
+# it); when to retry after a 503.
+JSON = ("Content-Type", "application/json")
+CLOSE = ("Connection", "close")
+RETRY_AFTER = ("Retry-After", RETRY_AFTER_SECONDS)
+
+
+def _json(status: int, document: Mapping[str, Any],
+          extra: list[tuple[str, str]] | None = None) -> Answer:
+    return Answer(status, [JSON, *(extra or [])], json_body(document))
+
+
+def json_body(document: Mapping[str, Any]) -> bytes:
+    """`document` as Flask's jsonify writes it (sorted keys, compact, a newline at the
+    end): every answer of the ingest's, from the route or the front, alike."""
+    return (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def _content_length(headers: Headers) -> int | None:
+    """The declared Content-Length; None without one or for a malformed one, as werkzeug
+    reads it (the front refuses a malformed one before reading)."""
+    length = headers.get("Content-Length")
+    return int(length) if length and length.isdigit() else None
 
 
 def count_unexpected_refusal(error: BaseException) -> None:
@@ -265,23 +323,24 @@ def _count_secret(source: Source, delivery: Delivery) -> None:
                                            "event_id": delivery.event_id})
 
 
-def _verified_delivery(source: Source) -> tuple[bytes, Delivery]:
-    """The request's body, and the delivery its provider's signature check made of it
-    under the source's own secrets only: a delivery signed for another source fails."""
-    settings: Settings = current_app.extensions["settings"]
+def _verified_delivery(app: Flask, source: Source, path: str, headers: Headers,
+                       body: bytes | Callable[[], bytes]) -> tuple[Delivery, bytes]:
+    """The delivery its provider's signature check made of the body, under the source's
+    own secrets only (a delivery signed for another source fails), and the body."""
+    settings: Settings = app.extensions["settings"]
     module = providers.PROVIDERS[source.provider]  # a configured source's provider exists
     try:
-        body = _read_body(settings.max_body_bytes)
+        data = body if isinstance(body, bytes) else body()
         delivery: Delivery = module.verify(
-            body, request.headers, source, settings.tolerance_seconds, time.time()
+            data, headers, source, settings.tolerance_seconds, time.time()
         )
     except RejectedDelivery as error:
         if source.name == STAND_IN:
-            raise _unknown(request.path.removeprefix(PATH_PREFIX), error) from None
+            raise _unknown(path, error) from None
         raise
     if source.name == STAND_IN:  # no one has its secret: never, but never recorded either
         raise ProviderNotConfigured("source is unknown or not configured")
-    return body, delivery
+    return delivery, data
 
 
 def _read_body(limit: int) -> bytes:
@@ -317,14 +376,19 @@ def close_connection(response: Response) -> None:
     response.headers["Connection"] = "close"
 
 
-def _after_commit(source: Source, delivery: Delivery, recorded: RecordingResult) -> None:
-    context: dict[str, Any] = {"provider": source.provider, "source": source.name,
-                               "event_id": delivery.event_id, "job_id": recorded.job_id}
+def _after_commit(app: Flask, source: Source, delivery: Delivery,
+                  recorded: RecordingResult) -> None:
+    """Counted, logged at DEBUG (the events table records every delivery, the counters
+    count them), and the new job's worker woken."""
+    labels = (source.provider, source.name)
     if recorded.duplicate:
-        metrics.deliveries_duplicate.labels(source.provider, source.name).inc()
-        log.info("duplicate delivery", extra={**context, "status": recorded.status})
-        return
-    metrics.deliveries_received.labels(source.provider, source.name).inc()
-    log.info("event recorded", extra={**context, "event_type": delivery.event_type})
-    if recorded.job_id is not None:
-        current_app.extensions["waker"].wake(recorded.job_id)
+        metrics.deliveries_duplicate.labels(*labels).inc()
+    else:
+        metrics.deliveries_received.labels(*labels).inc()
+        if recorded.job_id is not None:
+            app.extensions["waker"].wake(recorded.job_id)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("duplicate delivery" if recorded.duplicate else "event recorded",
+                  extra={"provider": source.provider, "source": source.name,
+                         "event_id": delivery.event_id, "job_id": recorded.job_id,
+                         "event_type": delivery.event_type, "status": recorded.status})

@@ -1,7 +1,8 @@
 """`python -m benchmarks.ingest_profile` measures every stage of a delivery through the
 code as it is: each stage's call (the signature check with the route's own Source, the
-recording, the whole request through the Flask app) runs against a database of its own.
-In a child process, since the benchmark's stack points the environment at its database."""
+recording, the whole delivery on the front's path and through the Flask app) runs against
+a database of its own. In a child process, since the benchmark's stack points the
+environment at its database."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ def test_the_profile_measures_each_stage_of_a_delivery() -> None:
     assert result.returncode == 0, result.stderr
     stages = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(stages) == {
-        "whole request (Flask app)", "Flask floor (one route, same answer)", "signature check",
-        "recording (psycopg, client side)", "log line", "metrics", "wake-up (waker thread)",
-        "unattributed (the whole less the stages)"}
-    assert stages["whole request (Flask app)"] > stages["signature check"] > 0
+        "whole delivery (the front's path, answer)", "whole request (Flask app)",
+        "Flask floor (one route, same answer)", "signature check",
+        "recording (psycopg, client side)", "log line (DEBUG)", "metrics",
+        "wake-up (waker thread)", "unattributed (the front's whole less the stages)"}
+    assert stages["whole delivery (the front's path, answer)"] > stages["signature check"] > 0
+    assert stages["whole request (Flask app)"] > stages["signature check"]
     assert stages["recording (psycopg, client side)"] > 0

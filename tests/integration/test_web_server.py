@@ -3,6 +3,7 @@ the app, on a real process, over real sockets."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -172,3 +173,39 @@ def test_no_path_reads_a_body_announced_over_the_limit(server) -> None:  # type:
         sock.sendall(b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")
         answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:100]
+
+
+
+def test_the_front_and_the_route_answer_every_delivery_alike(server, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    """`webhooks web` answers a delivery through ingest.webhooks.answer straight from the
+    front; the Flask route (tracing on, the tests' client) is an adapter over the same
+    function. The same status, body and headers for each kind of answer."""
+    from webhooks.ingest.app import create_app
+
+    base, _ = server
+    client = create_app(dataclasses.replace(settings, max_body_bytes=MAX_BODY)).test_client()
+
+    def cases(name: str) -> list[tuple[str, bytes, dict[str, str]]]:
+        body, headers = delivery(f"evt_{name}_alike")
+        return [
+            ("/webhooks/stripe", body, headers),  # recorded
+            ("/webhooks/stripe", body, headers),  # a duplicate
+            ("/webhooks/stripe", body, {**headers, "Stripe-Signature": "t=1,v1=00"}),
+            ("/webhooks/stripe/nosuch", body, headers),  # a source not configured
+            ("/webhooks/github", body, headers),  # a provider not configured
+            ("/webhooks/stripe", b"x" * (MAX_BODY + 1), headers),  # over the limit
+        ]
+
+    via_front = [requests.post(base + path, data=body, headers=sent, timeout=10)
+                 for path, body, sent in cases("front")]
+    via_route = [client.post(path, data=body, headers=sent)
+                 for path, body, sent in cases("route")]
+    assert [answer.status_code for answer in via_front] == [200, 200, 400, 400, 404, 413]
+    assert '"duplicate":false' in via_front[0].text and '"duplicate":true' in via_front[1].text
+    for front, route in zip(via_front, via_route, strict=True):
+        assert front.status_code == route.status_code
+        assert front.text.replace("front", "") == route.get_data(as_text=True).replace("route", "")
+        for name in ("Content-Type", "Retry-After"):
+            assert front.headers.get(name) == route.headers.get(name), name
+        if route.status_code in (403, 413):  # the body left unread: the connection closes
+            assert front.headers.get("Connection") == route.headers.get("Connection") == "close"
