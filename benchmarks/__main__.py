@@ -1,5 +1,5 @@
 """`python -m benchmarks [--smoke] [--only ingest|worker|e2e|sweep|servers|search|reconcile|
-scaleout|scaleout-quota|growth|retention|claim|overview|kit|calls|upgrade]`.
+scaleout|scaleout-quota|growth|retention|claim|overview|kit|calls|upgrade|peers|wave]`.
 
 Prints throughput, latency, the ratio to pgbench running the same SQL, end-to-end delay,
 peak RSS per process and idle CPU, and saves them with the concurrency chart (results/README.md):
@@ -40,6 +40,15 @@ emails sent per second by the outbox against the fake Postmark (one thread, then
 million events) runs migration 0023 on a database of the previous release while
 deliveries arrive through the previous release's statements, then the current ones: each
 step's time, the deliveries' latency in each, and any delivery that failed.
+`--only peers` (benchmarks/peers.py; part of a full run and, small, of --smoke, when the
+peers' folder is there: `--peers DIR`, default $BENCH_PEERS or ../shared/peers) runs the
+ingest scenario's load against `webhooks web` and the seed guide's Node/Express handler,
+and the worker scenario's drain beside procrastinate draining the same invoice jobs,
+alternated, with the product ÷ peer ratios (a peer that cannot run here is skipped with the
+reason). `--only wave` (benchmarks/wave.py; not part of a full run: it measures eight
+checkouts; two in --smoke) runs the ingest and the drain of each commit of the wave and of
+the working tree, in rounds of alternated order, with each change's after ÷ before
+(`--wave-commits`, `--wave-rounds`).
 Never fails on a threshold: the numbers are for reading, the targets are printed next to them.
 """
 
@@ -61,6 +70,7 @@ from benchmarks import (
     growth,
     kit,
     overview,
+    peers,
     reconcile,
     report,
     retention,
@@ -69,15 +79,18 @@ from benchmarks import (
     search,
     stack,
     upgrade,
+    wave,
 )
 
 TARGETS = {"ingest_rps": 3000, "ingest_p99_ms": 20, "worker_jobs_per_s": 2000,
            "e2e_p99_ms_at_500": 100, "idle_cpu_percent": 2,
            "scaleout_2_over_1": scaleout.TARGET_TWO_OVER_ONE,
-           "scaleout_quota_2_over_1": scaleout.TARGET_QUOTA_TWO_OVER_ONE}
+           "scaleout_quota_2_over_1": scaleout.TARGET_QUOTA_TWO_OVER_ONE,
+           "ingest_over_node": peers.TARGET_INGEST,
+           "worker_over_procrastinate": peers.TARGET_WORKER}
 SCENARIOS = ("ingest", "sweep", "worker", "e2e", "servers", "search", "reconcile", "scaleout",
              "scaleout-quota", "growth", "retention", "claim", "overview", "kit", "calls",
-             "upgrade")
+             "upgrade", "peers", "wave")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, ingest_seconds=args.seconds, e2e_seconds=args.seconds)
     chosen = args.only or (["ingest", "worker", "e2e", "search", "reconcile", "scaleout",
                             "scaleout-quota", "claim", "overview", "kit", "calls",
-                            "upgrade", "retention"] if args.smoke
+                            "upgrade", "retention", "peers"] if args.smoke
                            else ["ingest", "sweep", "worker", "e2e", "reconcile", "scaleout",
-                                 "scaleout-quota", "claim", "kit", "calls"])
+                                 "scaleout-quota", "claim", "kit", "calls", "peers"])
     logs = Path(tempfile.mkdtemp(prefix="webhooks-bench-"))
     name = args.database or ("webhooks_bench_smoke" if args.smoke else "webhooks_bench")
     print(f"benchmarks: {', '.join(chosen)}; database {name}; process logs in {logs}; "
@@ -124,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             calls.print_summary(results[scenario])
         elif scenario == "upgrade":
             upgrade.print_summary(results[scenario])
+        elif scenario == "peers":
+            peers.print_summary(results[scenario], TARGETS)
+        elif scenario == "wave":
+            wave.print_summary(results[scenario])
         elif scenario not in ("claim", "overview"):  # these print their own summary
             report.print_scenario(scenario, results[scenario], TARGETS)
     results["load_average_end"] = stack.load_average()
@@ -203,6 +220,15 @@ def _run(scenario: str, target: stack.Target, plan: scenarios.Plan,
         return calls.run(target, **(calls.SMOKE if args.smoke else {}))
     if scenario == "upgrade":
         return upgrade.run(target, **(upgrade.SMOKE if args.smoke else {}))
+    if scenario == "peers":
+        return peers.run(target, plan, args.admin_url, peers.folder(args.peers),
+                         peers.SMOKE_RUNS if args.smoke else peers.RUNS)
+    if scenario == "wave":
+        commits = (args.wave_commits.split(",") if args.wave_commits
+                   else list(wave.SMOKE_COMMITS) if args.smoke
+                   else [commit for commit, _ in wave.COMMITS])
+        rounds = args.wave_rounds or (wave.SMOKE_ROUNDS if args.smoke else wave.ROUNDS)
+        return wave.run(target, plan, args.admin_url, commits, rounds)
     return scenarios.servers(target, plan, report.server_candidates())
 
 
@@ -211,7 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--smoke", action="store_true",
                         help="a few-second run of ingest, worker, e2e, search, reconcile, "
                              "scaleout, scaleout-quota, claim, overview, kit, calls, "
-                             "upgrade and retention (CI)")
+                             "upgrade, retention and peers (CI)")
     parser.add_argument("--only", action="append", choices=SCENARIOS,
                         help="run only this scenario (repeatable)")
     parser.add_argument("--admin-url", default=os.environ.get(
@@ -245,6 +271,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--search-events", type=int,
                         help="events loaded by the search scenario (default 1,000,000; "
                              "--smoke 20,000)")
+    parser.add_argument("--peers", default="",
+                        help="peers: the folder of the peers measured beside the product "
+                             "(default $BENCH_PEERS, else ../shared/peers next to the "
+                             "repository)")
+    parser.add_argument("--wave-commits", default="", metavar="A,B,C",
+                        help="wave: the checkouts, oldest first (`tree`: the working tree; "
+                             "default the wave's commits and the working tree)")
+    parser.add_argument("--wave-rounds", type=int,
+                        help=f"wave: rounds, each in the order opposite the last's (default "
+                             f"{wave.ROUNDS}, --smoke {wave.SMOKE_ROUNDS})")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--tag", default="",
                         help="save to results/history/ as DATE-COMMIT-TAG.* instead of "

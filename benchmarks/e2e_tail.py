@@ -8,8 +8,14 @@ acknowledged (seconds from the run's start, a count per 0.1 s), the worker's bat
 beside them (from its "batch committed" lines: how many, jobs per batch, their durations,
 the longest), checkpoints and autovacuum runs during the run, and what the database's
 active backends were waiting on, sampled every 20 ms, in the windows where slow events
-were applied against the rest of the run. `--warmup` sends that many seconds at the same
-rate before each run, so the run does not begin after an idle pause.
+were applied against the rest of the run, and where the CPU went in those windows against
+the rest (`CpuSampler`, every 20 ms: the cores used by web's processes, the worker's, the
+database's backends, Postgres's own processes and Redis; the machine's busy and iowait
+cores; the worker's threads that ran): a stall with the machine's cores full is CPU
+contention, one with them idle and the worker's threads not running is waiting (the disk,
+a lock, a wake-up). `--warmup` sends that many seconds at the same rate before each run,
+so the run does not begin after an idle pause. `--worker-args` starts the worker with
+those options (e.g. `--threads 4`).
 
 Saves to results/history/DATE-COMMIT-e2e-tail.json.
 """
@@ -27,6 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 import sqlalchemy as sa
 
 from benchmarks import load, report, stack
@@ -69,6 +76,75 @@ class WaitSampler:
                 time.sleep(SAMPLE_SECONDS)
 
 
+class CpuSampler:
+    """Every SAMPLE_SECONDS, in a thread: the CPU seconds so far of each kind of process
+    (web, worker, and stack.server_cpu's Postgres and Redis kinds), the machine's busy and
+    iowait seconds, and how many of the worker's threads ran since the previous sample.
+    `cores(windows)` gives the mean cores per kind in a run's 0.1 s slots that are in
+    `windows`, and elsewhere."""
+
+    def __init__(self, target: stack.Target, web: stack.Process, worker: stack.Process) -> None:
+        self.servers = stack.server_cpu(target)
+        self.web, self.worker = web, worker
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._threads: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self.servers.start()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _worker_threads_ran(self) -> float:
+        ran = 0
+        for proc in self.worker.tree():
+            try:
+                for thread in proc.threads():
+                    spent = thread.user_time + thread.system_time
+                    if spent > self._threads.get(thread.id, spent):
+                        ran += 1
+                    self._threads[thread.id] = spent
+            except psutil.Error:
+                continue
+        return float(ran)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            times = psutil.cpu_times()
+            reading = {"web": self.web.cpu_seconds(), "worker": self.worker.cpu_seconds(),
+                       **self.servers.seconds(), "machine_busy": stack.machine_busy_seconds(),
+                       "machine_iowait": float(getattr(times, "iowait", 0.0)),
+                       "worker_threads_ran": self._worker_threads_ran()}
+            self.samples.append((time.time(), reading))
+            time.sleep(SAMPLE_SECONDS)
+
+    def cores(self, started: float, ended: float,
+              windows: set[float]) -> dict[str, dict[str, float]]:
+        """Mean cores per kind (threads for worker_threads_ran, per sample) between
+        consecutive samples in the run, in `windows` (its 0.1 s slots) and elsewhere."""
+        spent: dict[str, dict[str, float]] = {"slow_windows": {}, "elsewhere": {}}
+        seconds = {"slow_windows": 0.0, "elsewhere": 0.0}
+        counts = {"slow_windows": 0, "elsewhere": 0}
+        for (before, old), (at, new) in zip(self.samples, self.samples[1:], strict=False):
+            if not started <= at <= ended:
+                continue
+            where = "slow_windows" if round(at - started, 1) in windows else "elsewhere"
+            seconds[where] += at - before
+            counts[where] += 1
+            for kind, value in new.items():
+                change = value if kind == "worker_threads_ran" else value - old.get(kind, 0.0)
+                spent[where][kind] = spent[where].get(kind, 0.0) + change
+        return {where: {kind: round(total / (counts[where] if kind == "worker_threads_ran"
+                                             else seconds[where]), 3)
+                        for kind, total in sorted(kinds.items())}
+                for where, kinds in spent.items() if seconds[where]}
+
+
 def _batches(log: Path, started: float, ended: float) -> list[tuple[float, float, int]]:
     """(seconds from the start, duration, jobs claimed) of each batch the worker logged."""
     found = []
@@ -86,7 +162,7 @@ def _batches(log: Path, started: float, ended: float) -> list[tuple[float, float
 
 
 def one_run(target: stack.Target, base: str, engine: sa.Engine, sampler: WaitSampler,
-            rate: int, seconds: float) -> dict[str, Any]:
+            cpu: CpuSampler, rate: int, seconds: float) -> dict[str, Any]:
     with engine.connect() as conn:
         checkpoints, autovacuums = conn.execute(MAINTENANCE).one()
     started = time.time()
@@ -123,6 +199,7 @@ def one_run(target: stack.Target, base: str, engine: sa.Engine, sampler: WaitSam
         "batch_seconds_p99": round(load.percentile(durations, 99), 4),
         "longest_batches": sorted(batches, key=lambda b: -b[1])[:5],
         "waits_in_slow_windows": inside.summary(), "waits_elsewhere": outside.summary(),
+        "cores": cpu.cores(started, ended, windows),
     }
 
 
@@ -139,6 +216,8 @@ def _print(n: int, run: dict[str, Any]) -> None:
                          ("elsewhere", run["waits_elsewhere"])):
         print(f"  backends per sample {label} ({waits['samples']} samples): "
               f"{waits['by_event']}")
+    for where, cores in run["cores"].items():
+        print(f"  cores used {where.replace('_', ' ')}: {cores}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--warmup", type=float, default=0,
                         help="seconds at the same rate before each run")
+    parser.add_argument("--worker-args", default="",
+                        help="extra `webhooks worker` options, e.g. '--threads 4'")
     stack.add_server_options(parser, broker_db=10)
     args = parser.parse_args(argv)
     name = "webhooks_bench_e2e_tail"
@@ -156,16 +237,18 @@ def main(argv: list[str] | None = None) -> int:
     engine = target.engine()
     runs = []
     try:
-        worker = stack.start("worker-tail", ["worker"], target, {"LOG_FORMAT": "json"})
+        worker = stack.start("worker-tail", ["worker", *args.worker_args.split()], target,
+                             {"LOG_FORMAT": "json"})
         try:
             wait_ready(logs / "worker-tail.log", worker)
-            with stack.web(target, name="web-tail") as (base, _), \
-                    WaitSampler(engine) as sampler:
+            with stack.web(target, name="web-tail") as (base, web), \
+                    WaitSampler(engine) as sampler, CpuSampler(target, web, worker) as cpu:
                 load.open_loop(base, 100, 2, stack.STRIPE_SECRET)
                 for n in range(args.runs):
                     if args.warmup:
                         load.open_loop(base, args.rate, args.warmup, stack.STRIPE_SECRET)
-                    runs.append(one_run(target, base, engine, sampler, args.rate, args.seconds))
+                    runs.append(one_run(target, base, engine, sampler, cpu, args.rate,
+                                        args.seconds))
                     _print(n, runs[-1])
         finally:
             stack.stop(worker)

@@ -350,6 +350,10 @@ def render_tables(folder: Path = RESULTS) -> str:
         parts.append(_kit_table(*found, folder))
     if found := _newest_with(folder, "calls"):
         parts.append(_calls_table(*found, folder))
+    if found := _newest_with(folder, "peers"):
+        parts.append(_peers_table(*found, folder))
+    if found := _newest_with(folder, "wave"):
+        parts.append(_wave_table(*found, folder))
     parts.append(_history_table(folder))
     return "\n\n".join(parts)
 
@@ -625,6 +629,87 @@ def _calls_table(run: dict[str, Any], path: Path, folder: Path) -> str:
     return "\n".join(lines)
 
 
+def _peers_table(run: dict[str, Any], path: Path, folder: Path) -> str:
+    """The product beside its peers (benchmarks/peers.py): each run of each side, alternated,
+    and the ratio of the medians against its target."""
+    result = run["peers"]
+    name = _relative(path, folder)
+    lines = [f"### Peers: [`{name}`]({name})", "", _run_line(run)]
+    node, worker = result.get("node", {}), result.get("procrastinate", {})
+    if "skipped" in node:
+        lines += ["", f"seed-node: skipped ({node['skipped']})."]
+    elif node:
+        lines += ["", f"`webhooks web` and the seed guide's Node/Express handler (seed-node, "
+                  f"node {node['node']}) under the ingest scenario's load: {node['tool']}, "
+                  f"{node['connections']} connections, {node['seconds']:g} s, signed unique "
+                  f"Stripe `{node['event_type']}` events; runs alternated, no worker, each on "
+                  "a database of its own on the same Postgres. Kept: seed-node's completed "
+                  "`processed_webhooks` rows, the product's jobs; missing: acknowledged but "
+                  "not kept (warm-up included).", "",
+                  "| server | run | acks/s | p50 ms | p99 ms | CPU ms per ack | not 2xx | "
+                  "kept | missing |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+                  "| ---: |"]
+        for row in node["runs"]:
+            lines.append(f"| {'webhooks web' if row['side'] == 'product' else 'seed-node'} | "
+                         f"{row['run']} | {_n(row['rps'])} | {_ms(row['p50_ms'])} | "
+                         f"{_ms(row['p99_ms'])} | {_fixed3(row['web_cpu_ms_per_ack'])} | "
+                         f"{row['errors']} | {_n(row['kept'])} | {row['missing']} |")
+        lines += ["", f"Medians: {_n(node['product_rps'])} ÷ {_n(node['node_rps'])} acks/s = "
+                  f"**{_fixed3(node['ratio'])}** (target >= {node['target']})."]
+    if "skipped" in worker:
+        lines += ["", f"procrastinate: skipped ({worker['skipped']})."]
+    elif worker:
+        options = " ".join(worker["worker_args"]) or "its defaults"
+        lines += ["", f"`webhooks worker` ({options}) and one procrastinate "
+                  f"{worker['procrastinate']} worker process, both at concurrency "
+                  f"{worker['concurrency']} (the product's processes times threads), draining the "
+                  f"same {_n(worker['jobs'])} invoice jobs, alternated. The product's time "
+                  "starts at the sweep after its worker is ready; procrastinate's at its "
+                  "worker's start (start-up to its first job done in brackets).", "",
+                  "| worker | run | jobs/s | seconds | outcome |",
+                  "| --- | ---: | ---: | ---: | --- |"]
+        for row in worker["runs"]:
+            product = row["side"] == "product"
+            start_up = "" if product else f" ({row['first_done_s']:.2f})"
+            lines.append(f"| {'webhooks worker' if product else 'procrastinate'} | "
+                         f"{row['run']} | {_n(row['jobs_per_s'])} | {row['seconds']:.2f}"
+                         f"{start_up} | {'done' if product else row['outcome']} |")
+        lines += ["", f"Medians: {_n(worker['product_jobs_per_s'])} ÷ "
+                  f"{_n(worker['procrastinate_jobs_per_s'])} jobs/s = "
+                  f"**{_fixed3(worker['ratio'])}** (target >= {worker['target']})."]
+    return "\n".join(lines)
+
+
+def _wave_table(run: dict[str, Any], path: Path, folder: Path) -> str:
+    """Each checkout of the wave (benchmarks/wave.py), medians over alternated rounds, and
+    each change's after ÷ before."""
+    result = run["wave"]
+    name = _relative(path, folder)
+    changes = {change["after"]: change for change in result["changes"]}
+    lines = [f"### The wave, before and after: [`{name}`]({name})", "", _run_line(run), "",
+             f"Each checkout's ingest (`webhooks web`, {result['connections']} connections, "
+             f"{result['ingest_seconds']:g} s) and drain ({_n(result['worker_jobs'])} invoice "
+             f"jobs), medians of {result['rounds']} rounds in alternated order. A change's "
+             "ratios: its checkout's figure ÷ the row above's.", "",
+             "| commit | change | acks/s | p99 ms | web CPU ms per ack | jobs/s | "
+             "worker CPU ms per job | acks/s ÷ before | p99 ÷ before | jobs/s ÷ before |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in result["commits"]:
+        change = changes.get(row["commit"], {})
+        if "rps" not in row:
+            lines.append(f"| {row['commit']} | {row['change']} | "
+                         f"{row.get('error', 'not measured')} |  |  |  |  |  |  |  |")
+            continue
+        lines.append(
+            f"| {row['commit']} | {row['change']} | {_n(row['rps'])} | {_ms(row['p99_ms'])} | "
+            f"{_fixed3(row['web_cpu_ms_per_ack'])} | {_n(row['jobs_per_s'])} | "
+            f"{_fixed3(row['worker_cpu_ms_per_job'])} | "
+            f"{_fixed3(change.get('rps_after_over_before'))} | "
+            f"{_fixed3(change.get('p99_ms_after_over_before'))} | "
+            f"{_fixed3(change.get('jobs_per_s_after_over_before'))} |")
+    return "\n".join(lines)
+
+
 def _latest_table(run: dict[str, Any], folder: Path) -> str:
     started = str(run.get("started", "?")).replace("T", " ")[:16]
     lines = [f"### Latest: [`{LATEST}.json`]({LATEST}.json)", "",
@@ -696,6 +781,19 @@ def _figures(run: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
             yield (f"{rate}: CPU per event, web / worker",
                    f"{row['web_cpu_ms_per_event']} / {row['worker_cpu_ms_per_event']} ms", "")
             yield (f"{rate}: errors; not applied", f"{row['errors']}; {row['not_applied']}", "")
+    peers = run.get("peers") or {}
+    if (node := peers.get("node")) and "ratio" in node:
+        yield ("ingest acks/s ÷ seed-node's (medians; p99 of each run: web / node)",
+               f"{_fixed3(node['ratio'])} ({_n(node['product_rps'])} / {_n(node['node_rps'])}"
+               f"; {', '.join(_ms(p) for p in node['product_p99_ms'])} / "
+               f"{', '.join(_ms(p) for p in node['node_p99_ms'])} ms)",
+               _at_least_ratio(targets.get("ingest_over_node")))
+    if (worker := peers.get("procrastinate")) and "ratio" in worker:
+        yield (f"worker jobs/s ÷ procrastinate's ({_n(worker['jobs'])} jobs, concurrency "
+               f"{worker['concurrency']}, medians)",
+               f"{_fixed3(worker['ratio'])} ({_n(worker['product_jobs_per_s'])} / "
+               f"{_n(worker['procrastinate_jobs_per_s'])})",
+               _at_least_ratio(targets.get("worker_over_procrastinate")))
 
 
 def _runs(row: dict[str, Any], targets: Mapping[str, float]) -> str:
@@ -807,6 +905,10 @@ def _fixed3(value: float | None) -> str:
 
 def _at_least(target: float | None) -> str:
     return "" if target is None else f">= {_n(target)}"
+
+
+def _at_least_ratio(target: float | None) -> str:
+    return "" if target is None else f">= {target:g}"
 
 
 def _at_most(target: float | None, what: str, unit: str, strict: bool = False) -> str:

@@ -4,9 +4,14 @@ Each returns plain dicts for the report."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,26 +59,48 @@ def _web(target: stack.Target, plan: Plan, name: str = "web"):  # type: ignore[n
 def ingest(target: stack.Target, plan: Plan) -> dict[str, Any]:
     stack.reset(target)
     with _web(target, plan) as (base, web):
-        load.closed_loop(base, plan.connections, plan.warmup_seconds, stack.STRIPE_SECRET,
-                         plan.prefer_wrk)
-        loadavg_before = stack.load_average()
-        cpu_before = web.cpu_seconds()
-        result = load.closed_loop(base, plan.connections, plan.ingest_seconds,
-                                  stack.STRIPE_SECRET, plan.prefer_wrk)
-        cpu_ms = (web.cpu_seconds() - cpu_before) * 1000 / max(result.ok, 1)
+        app = closed_loop_run(base, web, plan)
+        loadavg_before = app.pop("load_average")
+        app.pop("acked_with_warmup")
         web.sample_memory()
         idle_cpu = _idle_cpu(web, plan.idle_seconds / 2)
     recorded = _scalar(target, "SELECT count(*) FROM jobs")
     stack.reset(target)
     reference = pgbench.run_ingest(target.database_url, plan.connections,
                                    seconds=plan.ingest_seconds)
-    app = {**result.summary(), "web_cpu_ms_per_ack": round(cpu_ms, 3)}
     return {
         "app": app, "pgbench": reference.summary() if reference else None,
-        "ratio": round(result.rps / reference.tps, 3) if reference and reference.tps else None,
+        "ratio": round(app["rps"] / reference.tps, 3) if reference and reference.tps else None,
         "rows_recorded": recorded, "memory": web.memory_report(),
         "idle_cpu_percent": idle_cpu, "load_average": loadavg_before,
     }
+
+
+def ingest_run(target: stack.Target, plan: Plan, name: str = "web") -> dict[str, Any]:
+    """The ingest scenario's app side alone (no pgbench, no idle CPU): closed_loop_run of
+    `webhooks web` on emptied tables, and the jobs it recorded (`kept`)."""
+    stack.reset(target)
+    with _web(target, plan, name=name) as (base, web):
+        figures = closed_loop_run(base, web, plan)
+    figures["kept"] = _scalar(target, "SELECT count(*) FROM jobs")
+    stack.reset(target)
+    return figures
+
+
+def closed_loop_run(base: str, server: stack.Process, plan: Plan) -> dict[str, Any]:
+    """The ingest scenario's measure of a started server (any that takes the Stripe route):
+    a warm-up, then plan.connections for plan.ingest_seconds. The load's summary, the
+    server's CPU per acknowledgement, the load average after the warm-up and the
+    acknowledgements of both runs (`acked_with_warmup`: what the server must have kept)."""
+    warmup = load.closed_loop(base, plan.connections, plan.warmup_seconds, stack.STRIPE_SECRET,
+                              plan.prefer_wrk)
+    loadavg = stack.load_average()
+    cpu_before = server.cpu_seconds()
+    result = load.closed_loop(base, plan.connections, plan.ingest_seconds, stack.STRIPE_SECRET,
+                              plan.prefer_wrk)
+    cpu_ms = (server.cpu_seconds() - cpu_before) * 1000 / max(result.ok, 1)
+    return {**result.summary(), "web_cpu_ms_per_ack": round(cpu_ms, 3),
+            "load_average": loadavg, "acked_with_warmup": warmup.ok + result.ok}
 
 
 def ingest_sweep(target: stack.Target, plan: Plan) -> list[dict[str, Any]]:
@@ -153,27 +180,8 @@ def seed_jobs(target: stack.Target, count: int) -> None:
 
 
 def worker(target: stack.Target, plan: Plan) -> dict[str, Any]:
-    stack.reset(target)
-    seed_jobs(target, plan.worker_jobs)
-    process = stack.start("worker", ["worker", *plan.worker_args], target)
-    try:
-        wait_ready(target.logs / "worker.log", process)
-        loadavg = stack.load_average()
-        cpu_before = process.cpu_seconds()
-        started = time.monotonic()
-        _sweep_once(target)
-        _wait_for(target, "SELECT count(*) FROM jobs WHERE status = 'done'", plan.worker_jobs,
-                  process, timeout=600)
-        drained = time.monotonic() - started
-        cpu_ms = (process.cpu_seconds() - cpu_before) * 1000 / plan.worker_jobs
-        _wait_for(target, "SELECT count(*) FROM outbox WHERE status = 'sent'", plan.worker_jobs,
-                  process, timeout=600)
-        emails_drained = time.monotonic() - started
-        time.sleep(1)  # let the last wake-ups settle before measuring idle
-        idle_cpu = _idle_cpu(process, plan.idle_seconds)
-    finally:
-        stack.stop(process)
-    concurrency = _worker_concurrency(plan.worker_args)
+    drained = drain(target, plan)
+    concurrency = drained["app"]["concurrency"]
     batch = JOBS_PER_TRANSACTION
     stack.reset(target)
     seed_jobs(target, plan.worker_jobs)
@@ -182,16 +190,54 @@ def worker(target: stack.Target, plan: Plan) -> dict[str, Any]:
         reference = pgbench.run(target.database_url, pgbench.worker_script(batch, Path(folder)),
                                 concurrency, transactions=transactions)
     stack.reset(target)
-    jobs_per_s = plan.worker_jobs / drained
     reference_jobs = reference.tps * batch if reference else None
     return {
-        "app": {"jobs": plan.worker_jobs, "seconds": round(drained, 2),
-                "jobs_per_s": round(jobs_per_s, 1), "worker_cpu_ms_per_job": round(cpu_ms, 3),
-                "emails_sent_after_s": round(emails_drained, 2),
-                "concurrency": concurrency, "batch": _batch_size(target)},
+        "app": drained["app"],
         "pgbench": {**reference.summary(per_transaction=batch), "jobs_per_transaction": batch}
         if reference else None,
-        "ratio": round(jobs_per_s / reference_jobs, 3) if reference_jobs else None,
+        "ratio": round(drained["app"]["jobs_per_s"] / reference_jobs, 3)
+        if reference_jobs else None,
+        "memory": drained["memory"], "idle_cpu_percent": drained["idle_cpu_percent"],
+        "load_average": drained["load_average"],
+    }
+
+
+def drain(target: stack.Target, plan: Plan, name: str = "worker") -> dict[str, Any]:
+    """The worker scenario's drain: plan.worker_jobs invoice jobs seeded, `webhooks worker
+    plan.worker_args` started, timed from the sweep after it is ready to the last job's done
+    mark (its start-up left out), then until every email is sent; its idle CPU for
+    plan.idle_seconds after (None when 0). `name`: the process's log, one per drain (its
+    readiness is read there)."""
+    stack.reset(target)
+    seed_jobs(target, plan.worker_jobs)
+    process = stack.start(name, ["worker", *plan.worker_args], target)
+    try:
+        wait_ready(target.logs / f"{name}.log", process)
+        with _sweeper(target) as sweep:
+            loadavg = stack.load_average()
+            cpu_before = process.cpu_seconds()
+            started = time.monotonic()
+            sweep()
+        _wait_for(target, "SELECT count(*) FROM jobs WHERE status = 'done'", plan.worker_jobs,
+                  process, timeout=600)
+        drained = time.monotonic() - started
+        cpu_ms = (process.cpu_seconds() - cpu_before) * 1000 / plan.worker_jobs
+        _wait_for(target, "SELECT count(*) FROM outbox WHERE status = 'sent'", plan.worker_jobs,
+                  process, timeout=600)
+        emails_drained = time.monotonic() - started
+        idle_cpu = None
+        if plan.idle_seconds:
+            time.sleep(1)  # let the last wake-ups settle before measuring idle
+            idle_cpu = _idle_cpu(process, plan.idle_seconds)
+    finally:
+        stack.stop(process)
+    return {
+        "app": {"jobs": plan.worker_jobs, "seconds": round(drained, 2),
+                "jobs_per_s": round(plan.worker_jobs / drained, 1),
+                "worker_cpu_ms_per_job": round(cpu_ms, 3),
+                "emails_sent_after_s": round(emails_drained, 2),
+                "concurrency": _worker_concurrency(plan.worker_args),
+                "batch": _batch_size(target)},
         "memory": process.memory_report(), "idle_cpu_percent": idle_cpu,
         "load_average": loadavg,
     }
@@ -225,14 +271,73 @@ def _worker_concurrency(args: tuple[str, ...]) -> int:
 
 def _sweep_once(target: stack.Target) -> None:
     """What the clock does when it finds due jobs: enqueue wake-ups for them."""
-    from webhooks.clock.sweep import sweep
-    from webhooks.shared import wakeups
-    from webhooks.shared.settings import Settings
+    with _sweeper(target) as sweep:
+        sweep()
 
-    settings = Settings.from_env(target.env)
-    engine = target.engine()
-    sweep(engine, wakeups.create_broker(settings))
-    engine.dispose()
+
+@contextmanager
+def _sweeper(target: stack.Target) -> Iterator[Callable[[], None]]:
+    """_sweep_once's sweep, ready to run: this checkout's in this process; another
+    checkout's in a process of its own with its own code (its wake-ups are the ones its
+    worker reads), started and imported before, so that a timed sweep costs the same."""
+    if target.code == stack.ROOT:
+        from webhooks.clock.sweep import sweep
+        from webhooks.shared import wakeups
+        from webhooks.shared.settings import Settings
+
+        settings = Settings.from_env(target.env)
+        engine = target.engine()
+
+        def sweep_here() -> None:
+            sweep(engine, wakeups.create_broker(settings))
+
+        try:
+            yield sweep_here
+        finally:
+            engine.dispose()
+        return
+    core = "webhooks.shared" if (target.code / "webhooks" / "shared").exists() else "shared"
+    env = {**os.environ, **target.env, "PYTHONPATH": str(target.code)}
+    process = subprocess.Popen([sys.executable, "-c", _SWEEP.format(core=core)],
+                               cwd=target.code, env=env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdin is not None and process.stdout is not None
+
+    def said(line: str) -> None:
+        if process.stdout.readline().strip() != line:  # type: ignore[union-attr]
+            process.kill()
+            raise RuntimeError(f"the sweep of {target.code} failed: "
+                               f"{process.communicate()[1].strip()[-500:]}")
+
+    def sweep_there() -> None:
+        process.stdin.write("sweep\n")  # type: ignore[union-attr]
+        process.stdin.flush()  # type: ignore[union-attr]
+        said("swept")
+
+    try:
+        said("ready")
+        yield sweep_there
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+# Another checkout's sweep, imported, then run when asked (one line on stdin). A checkout
+# from before the namespace change imports the core as `shared`.
+_SWEEP = """
+import sys
+from webhooks.clock.sweep import sweep
+from {core} import db, wakeups
+from {core}.settings import Settings
+
+settings = Settings.from_env()
+engine, broker = db.create_engine(settings, pool_size=2), wakeups.create_broker(settings)
+print("ready", flush=True)
+sys.stdin.readline()
+sweep(engine, broker)
+print("swept", flush=True)
+"""
 
 
 def wait_ready(log: Path, process: stack.Process, timeout: float = 120,

@@ -104,8 +104,8 @@ class Front:
                              declared: str | None, hold: _Hold,
                              too_large: PayloadTooLarge) -> None:
         try:
-            body = await asyncio.wait_for(
-                self._body(protocol, int(declared) if declared else None, hold), BODY_SECONDS)
+            async with asyncio.timeout(BODY_SECONDS):  # no task of its own, as wait_for made
+                body = await self._body(protocol, int(declared) if declared else None, hold)
         except TimeoutError:
             self._refuse(protocol, environ,
                          BodyTimeout(f"body not received within {BODY_SECONDS:g} s"))

@@ -1,7 +1,8 @@
 """`python -m benchmarks.e2e_tail` through the real web and worker on a database of its own:
-each run's delays, the worker's batches read from its JSON log and the backends' waits
-sampled beside them. In a child process, since the benchmark's stack points the
-environment at its database; the results are printed, not saved."""
+each run's delays, the worker's batches read from its JSON log, the backends' waits
+sampled beside them and the CPU each kind of process used. In a child process, since the
+benchmark's stack points the environment at its database; the results are printed, not
+saved."""
 
 from __future__ import annotations
 
@@ -35,3 +36,6 @@ def test_the_tail_benchmark_reports_delays_batches_and_waits() -> None:
     assert 0 < run["delay_p99_ms"] <= run["delay_max_ms"]
     assert run["batches"] >= 1 and run["jobs_per_batch"] >= 1
     assert run["waits_elsewhere"]["samples"] + run["waits_in_slow_windows"]["samples"] > 0
+    cores = run["cores"]["elsewhere"]  # no event is slow at 50/s: one window, the rest
+    assert cores["web"] > 0 and cores["worker"] > 0 and cores["machine_busy"] > 0
+    assert cores["postgres_backends"] > 0 and cores["worker_threads_ran"] > 0
