@@ -13,7 +13,9 @@ the rest (`CpuSampler`, every 20 ms: the cores used by web's processes, the work
 database's backends, Postgres's own processes and Redis; the machine's busy and iowait
 cores; the worker's threads that ran): a stall with the machine's cores full is CPU
 contention, one with them idle and the worker's threads not running is waiting (the disk,
-a lock, a wake-up). `--warmup` sends that many seconds at the same rate before each run,
+a lock, a wake-up). Each run also counts the worker's claims that found jobs and those
+that found none (`webhooks_job_claims_total` on the worker's /metrics): wake-ups spent
+for nothing. `--warmup` sends that many seconds at the same rate before each run,
 so the run does not begin after an idle pause. `--worker-args` starts the worker with
 those options (e.g. `--threads 4`).
 
@@ -34,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import requests
 import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks import load, report, stack
 from benchmarks.scaleout import Waits
@@ -145,6 +149,19 @@ class CpuSampler:
                 for where, kinds in spent.items() if seconds[where]}
 
 
+def claims(metrics_url: str) -> dict[str, float]:
+    """The worker's webhooks_job_claims_total by `found` (its /metrics, summed over its
+    processes)."""
+    found: dict[str, float] = {}
+    text = requests.get(metrics_url, timeout=5).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "webhooks_job_claims":
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    found[sample.labels["found"]] = sample.value
+    return found
+
+
 def _batches(log: Path, started: float, ended: float) -> list[tuple[float, float, int]]:
     """(seconds from the start, duration, jobs claimed) of each batch the worker logged."""
     found = []
@@ -162,9 +179,10 @@ def _batches(log: Path, started: float, ended: float) -> list[tuple[float, float
 
 
 def one_run(target: stack.Target, base: str, engine: sa.Engine, sampler: WaitSampler,
-            cpu: CpuSampler, rate: int, seconds: float) -> dict[str, Any]:
+            cpu: CpuSampler, metrics_url: str, rate: int, seconds: float) -> dict[str, Any]:
     with engine.connect() as conn:
         checkpoints, autovacuums = conn.execute(MAINTENANCE).one()
+    claimed_before = claims(metrics_url)
     started = time.time()
     sent, errors = load.open_loop(base, rate, seconds, stack.STRIPE_SECRET)
     applied = wait_applied(target, [s.event_id for s in sent], timeout=60)
@@ -184,6 +202,8 @@ def one_run(target: stack.Target, base: str, engine: sa.Engine, sampler: WaitSam
             (inside if round(at - started, 1) in windows else outside).add(rows)
     batches = _batches(target.logs / "worker-tail.log", started, ended)
     durations = [batch[1] for batch in batches]
+    claimed = {found: count - claimed_before.get(found, 0.0)
+               for found, count in claims(metrics_url).items()}
     return {
         "rate": rate, "acked": len(sent), "errors": errors, "not_applied": len(sent) - len(events),
         "delay_p99_ms": round(load.percentile([e[0] for e in events], 99), 1),
@@ -200,6 +220,8 @@ def one_run(target: stack.Target, base: str, engine: sa.Engine, sampler: WaitSam
         "longest_batches": sorted(batches, key=lambda b: -b[1])[:5],
         "waits_in_slow_windows": inside.summary(), "waits_elsewhere": outside.summary(),
         "cores": cpu.cores(started, ended, windows),
+        "claims_found_jobs": int(claimed.get("jobs", 0)),
+        "claims_found_none": int(claimed.get("none", 0)),
     }
 
 
@@ -209,6 +231,8 @@ def _print(n: int, run: dict[str, Any]) -> None:
           f"{run['checkpoints']}, autovacuum runs {run['autovacuum_runs']}")
     print(f"  slow events by acknowledgement (s from the start: count): "
           f"{run['slow_by_ack_second']}")
+    print(f"  claims that found jobs {run['claims_found_jobs']}, that found none "
+          f"{run['claims_found_none']}")
     print(f"  batches {run['batches']}, {run['jobs_per_batch']} jobs each, p50 "
           f"{run['batch_seconds_p50']} s, p99 {run['batch_seconds_p99']} s; longest (at s, s, "
           f"jobs): {run['longest_batches'][:3]}")
@@ -237,8 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     engine = target.engine()
     runs = []
     try:
+        metrics_port = stack.free_port()
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         worker = stack.start("worker-tail", ["worker", *args.worker_args.split()], target,
-                             {"LOG_FORMAT": "json"})
+                             {"LOG_FORMAT": "json", "WORKER_METRICS_PORT": str(metrics_port)})
         try:
             wait_ready(logs / "worker-tail.log", worker)
             with stack.web(target, name="web-tail") as (base, web), \
@@ -247,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                 for n in range(args.runs):
                     if args.warmup:
                         load.open_loop(base, args.rate, args.warmup, stack.STRIPE_SECRET)
-                    runs.append(one_run(target, base, engine, sampler, cpu, args.rate,
-                                        args.seconds))
+                    runs.append(one_run(target, base, engine, sampler, cpu, metrics_url,
+                                        args.rate, args.seconds))
                     _print(n, runs[-1])
         finally:
             stack.stop(worker)

@@ -54,6 +54,11 @@ broker_enqueue_failures = Counter(
 jobs_done = Counter("webhooks_jobs_done_total", "Jobs completed.", ["provider", "event_type"])
 jobs_retried = Counter("webhooks_jobs_retried_total", "Job attempts that failed and will retry.")
 jobs_failed = Counter("webhooks_jobs_failed_total", "Jobs that failed for good.")
+job_claims = Counter(
+    "webhooks_job_claims_total", "Job batches' claims, by what they found: `none` is a "
+    "wake-up spent on a claim that found no due job (another batch had taken them).",
+    ["found"],
+)
 job_latency = Histogram(
     "webhooks_job_latency_seconds", "Time from receipt of the event to its job done.",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15, 60, 300),

@@ -178,6 +178,7 @@ def process_batch(
         with db.transaction(engine) as conn:
             limit = pace.claim_limit(limit, budget_seconds)
             rows = _claim(conn, queries.JobClaimDue, {"limit": limit})
+            metrics.job_claims.labels("jobs" if rows else "none").inc()
             ordered = _runnable(conn, rows)
             for row in ordered:
                 if tried and time.monotonic() - started > budget_seconds:

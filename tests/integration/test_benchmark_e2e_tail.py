@@ -39,3 +39,4 @@ def test_the_tail_benchmark_reports_delays_batches_and_waits() -> None:
     cores = run["cores"]["elsewhere"]  # no event is slow at 50/s: one window, the rest
     assert cores["web"] > 0 and cores["worker"] > 0 and cores["machine_busy"] > 0
     assert cores["postgres_backends"] > 0 and cores["worker_threads_ran"] > 0
+    assert run["claims_found_jobs"] >= run["batches"] >= 1 and run["claims_found_none"] >= 0
