@@ -19,18 +19,40 @@ the core they share (`webhooks.shared`), the command (`webhooks.cli`) and the re
 app (`webhooks.ledger`, built on this API only).
 """
 
-from webhooks.shared.errors import PermanentJobError
-from webhooks.shared.handlers import Handler, JobContext, handler
-from webhooks.shared.hooks import (
-    Column,
-    Event,
-    Finding,
-    LockKey,
-    Section,
-    audit_check,
-    effects,
-    lock_key,
-)
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from webhooks.shared.errors import PermanentJobError
+    from webhooks.shared.handlers import Handler, JobContext, handler
+    from webhooks.shared.hooks import (
+        Column,
+        Event,
+        Finding,
+        LockKey,
+        Section,
+        audit_check,
+        effects,
+        lock_key,
+    )
 
 __all__ = ["Column", "Event", "Finding", "Handler", "JobContext", "LockKey",
            "PermanentJobError", "Section", "audit_check", "effects", "handler", "lock_key"]
+
+# Where each name lives. Loaded when first asked for, not when the package is: the
+# `webhooks` command imports this package first, and its processes take charge of SIGTERM
+# before they load anything heavy (webhooks/starting.py).
+_HOMES = {"PermanentJobError": "webhooks.shared.errors",
+          **dict.fromkeys(("Handler", "JobContext", "handler"), "webhooks.shared.handlers"),
+          **dict.fromkeys(("Column", "Event", "Finding", "LockKey", "Section", "audit_check",
+                           "effects", "lock_key"), "webhooks.shared.hooks")}
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'webhooks' has no attribute {name!r}")
+        value = getattr(import_module(home), name)
+        globals()[name] = value
+        return value

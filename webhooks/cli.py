@@ -11,11 +11,16 @@ bad usage 2.
 
 from __future__ import annotations
 
+# First: a Procfile process handles SIGTERM from its first instant (webhooks/starting.py).
+from webhooks import starting
+
+# isort: split
 import functools
 import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -203,8 +208,14 @@ def _metrics_folder(settings: Settings, kind: str) -> Iterator[None]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Apply payment and subscription webhooks exactly once."""
+    if ctx.invoked_subcommand in starting.SERVING:
+        # Taken at import when run as a command; here too when run in-process (a test's
+        # runner), and put back when the command returns.
+        previous = starting.take_charge()
+        ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
 
 
 # --- the Procfile's processes -------------------------------------------------------
@@ -280,9 +291,16 @@ def worker(processes: int, threads: int) -> None:
     sys.argv = ["dramatiq", "webhooks.worker.actors", "--processes", str(processes),
                 "--threads", str(threads), "--worker-shutdown-timeout", "30000"]
     with _metrics_folder(settings, "worker"):  # set before prometheus_client is imported
-        _serve_worker_metrics(settings)
+        from dramatiq.cli import HANDLED_SIGNALS
         from dramatiq.cli import main as dramatiq_main
 
+        # Dramatiq blocks its stop signals while it starts its processes and unblocks them
+        # once its handler is set, in the main thread. Blocked here first, so that the
+        # metrics server's thread inherits the block: a stop sent meanwhile waits for that
+        # handler, instead of reaching the thread, where it would end the main process
+        # and leave its worker processes running (or, as PID 1, be dropped).
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+        _serve_worker_metrics(settings)
         code = dramatiq_main()
     sys.exit(code)
 

@@ -21,8 +21,13 @@ and skips if another clock holds it, and the work it triggers is idempotent anyw
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from types import FrameType
 from typing import Any
 
 import dramatiq
@@ -47,6 +52,7 @@ from webhooks.shared.sources import Source
 
 log = logging.getLogger(__name__)
 AUDIT_FIRST_AFTER_SECONDS = 300  # a clock's first audit, at most this long after its start
+STOP_SECONDS = 10  # the longest a stopped clock waits for its ticks in flight
 
 
 def prune(engine: Engine, days: int, horizon_days: int) -> int | None:
@@ -162,26 +168,28 @@ def run(settings: Settings) -> None:
     recording = db.create_engine(settings, pool_size=1, autocommit=True, local_commits=True)
     broker = wakeups.create_broker(settings)
     scheduler = BlockingScheduler(timezone="UTC")
-    scheduler.add_job(_safely(sweep), "interval", args=(engine, broker, settings, beat(settings)),
+    ticks = Ticks()
+    scheduler.add_job(_safely(sweep, ticks), "interval",
+                      args=(engine, broker, settings, beat(settings)),
                       seconds=settings.sweep_interval_seconds, id="sweep",
                       max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
     if settings.reconcile_interval_seconds > 0:
         for source in reconciliation.configured(settings):
-            scheduler.add_job(_safely(reconcile), "interval",
+            scheduler.add_job(_safely(reconcile, ticks), "interval",
                               args=(settings, recording, broker, source),
                               seconds=settings.reconcile_interval_seconds,
                               id=f"reconcile-{source.label}", max_instances=1, coalesce=True,
                               next_run_time=datetime.now(UTC))
     if reconciliation.configured(settings):
         # As often as the sweep that records a new timeline: within a minute of it.
-        scheduler.add_job(_safely(reconcile_after_failover), "interval",
+        scheduler.add_job(_safely(reconcile_after_failover, ticks), "interval",
                           args=(settings, recording, broker),
                           seconds=settings.sweep_interval_seconds, id="reconcile-after-failover",
                           max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
-    scheduler.add_job(_safely(prune), "cron",
+    scheduler.add_job(_safely(prune, ticks), "cron",
                       args=(engine, settings.retention_days, settings.dedup_horizon_days),
                       hour=3, minute=17, id="prune", max_instances=1, coalesce=True)
-    scheduler.add_job(_safely(maintain_partitions), "interval",
+    scheduler.add_job(_safely(maintain_partitions, ticks), "interval",
                       args=(engine, settings.dedup_horizon_days), hours=1,
                       id="partitions", max_instances=1, coalesce=True,
                       next_run_time=datetime.now(UTC))
@@ -191,26 +199,82 @@ def run(settings: Settings) -> None:
         # often than the interval (every deploy) still audits; not at once, so that a
         # start's sweep and reconciliation go first.
         first = min(settings.audit_interval_seconds, AUDIT_FIRST_AFTER_SECONDS)
-        scheduler.add_job(_safely(audit), "interval", args=(engine, settings, broker),
+        scheduler.add_job(_safely(audit, ticks), "interval", args=(engine, settings, broker),
                           seconds=settings.audit_interval_seconds, id="audit",
                           max_instances=1, coalesce=True,
                           next_run_time=datetime.now(UTC) + timedelta(seconds=first))
+    _stop_on_sigterm(scheduler)
     log.info("clock started", extra={"sweep_interval": settings.sweep_interval_seconds})
     try:
         scheduler.start()
     except (KeyboardInterrupt, SystemExit):
         pass
+    _finish(ticks, (engine, recording))
 
 
-def _safely(task: Callable[..., Any]) -> Callable[..., Any]:
+def _stop_on_sigterm(scheduler: BlockingScheduler) -> None:
+    """SIGTERM stops the scheduler: no tick starts after it, and run() returns once the
+    ticks in flight have finished. The clock needs a handler of its own: as a container's
+    PID 1 a process gets no default action for SIGTERM, so without one the signal would be
+    dropped and the platform would kill the clock at the end of its grace period. A stop
+    before the scheduler runs leaves at once (SystemExit, status 0)."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        if not scheduler.running:
+            raise SystemExit(0)
+        scheduler.shutdown(wait=False)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _finish(ticks: Ticks, engines: tuple[Engine, ...]) -> None:
+    """After the scheduler stopped: wait up to STOP_SECONDS for the ticks in flight, then
+    close the pools. A tick still running then is cut short (os._exit: its transaction
+    rolls back with its connection; every tick is safe to run again), so a stopped clock
+    always exits 0, within STOP_SECONDS."""
+    if not ticks.wait(STOP_SECONDS):
+        log.warning("clock stopped with a tick still running; it rolls back")
+        logging.shutdown()
+        os._exit(0)
+    for engine in engines:
+        engine.dispose()
+    log.info("clock stopped")
+
+
+class Ticks:
+    """The ticks running now, so that a stopped clock waits for them."""
+
+    def __init__(self) -> None:
+        self._idle = threading.Condition()
+        self._running = 0
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        with self._idle:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+
+    def wait(self, seconds: float) -> bool:
+        """True once no tick runs; False if one still does after `seconds`."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._running == 0, seconds)
+
+
+def _safely(task: Callable[..., Any], ticks: Ticks) -> Callable[..., Any]:
     """A failing tick (database down) is logged; the next tick tries again."""
 
     def tick(*args: Any) -> Any:
-        try:
-            return task(*args)
-        except Exception as error:
-            log.warning("%s tick failed: %s", task.__name__, str(error).splitlines()[0])
-            return None
+        with ticks.running():
+            try:
+                return task(*args)
+            except Exception as error:
+                log.warning("%s tick failed: %s", task.__name__, str(error).splitlines()[0])
+                return None
 
     tick.__name__ = task.__name__
     return tick
