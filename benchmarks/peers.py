@@ -314,14 +314,7 @@ def _name(target: stack.Target, peer: str) -> str:
 
 def _own_database(admin_url: str, name: str, schema: Path | None = None) -> str:
     """Database NAME (re)created on admin_url's server, with SCHEMA applied; its URL."""
-    from webhooks.shared.db import sqlalchemy_url
-
-    admin = sa.create_engine(sqlalchemy_url(admin_url), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    url = stack.create_database(admin_url, name)
     if schema:
         _execute(url, schema.read_text())
     return url

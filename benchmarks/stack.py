@@ -63,9 +63,8 @@ def add_server_options(parser: argparse.ArgumentParser, broker_db: int) -> None:
     parser.add_argument("--broker-url", default=f"redis://127.0.0.1:6379/{broker_db}")
 
 
-def prepare(admin_url: str, name: str, broker_url: str, logs: Path,
-            code: Path = ROOT) -> Target:
-    """(Re)create database `name` next to admin_url's, migrate it, empty the broker db."""
+def create_database(admin_url: str, name: str) -> str:
+    """Database `name` (re)created, empty, on admin_url's server; its URL."""
     from webhooks.shared.db import sqlalchemy_url
 
     admin = sa.create_engine(sqlalchemy_url(admin_url), isolation_level="AUTOCOMMIT")
@@ -73,7 +72,13 @@ def prepare(admin_url: str, name: str, broker_url: str, logs: Path,
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
-    url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    return sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def prepare(admin_url: str, name: str, broker_url: str, logs: Path,
+            code: Path = ROOT) -> Target:
+    """(Re)create database `name` next to admin_url's, migrate it, empty the broker db."""
+    url = create_database(admin_url, name)
     logs.mkdir(parents=True, exist_ok=True)
     target = Target(url, broker_url, logs, code.resolve())
     # Anything this process imports from the project (worker.actors, the clock's sweep)

@@ -38,6 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from tests import factories
+from tests.acceptance.harness import wait_for
 from tests.acceptance.signing import SECRET_VARIABLES, SECRETS, delivery_headers
 from tests.conftest import broker_url, create_database, drop_database
 
@@ -218,20 +219,6 @@ def start_web(deployment: Deployment) -> tuple[str, str]:
     wait_for(lambda: requests.get(f"{base}/healthz", timeout=1).status_code == 200, 60,
              "web's /healthz")
     return name, base
-
-
-def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except Exception:  # not up yet
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f}s")
-        time.sleep(interval)
 
 
 def deliver(base: str, event: dict[str, Any]) -> requests.Response:
