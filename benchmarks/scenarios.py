@@ -37,7 +37,7 @@ class Plan:
     idle_seconds: float = 10
     rates: tuple[int, ...] = (200, 500)
     e2e_seconds: float = 10
-    e2e_repeats: int = 5  # runs at the highest rate (its target holds in 4 of 5 or not)
+    e2e_repeats: int = 5  # runs at the highest rate (its target: within it in 5 of 5)
     warmup_seconds: float = 2
     prefer_wrk: bool = True
     web_command: tuple[str, ...] = ()  # another server (honouring $PORT); default `webhooks web`
