@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 from flask import Blueprint, Flask, Response, current_app, request
+from werkzeug.exceptions import HTTPException
 
 from webhooks.ingest.allowlist import Allowlist
 from webhooks.shared import metrics, providers, tracing
@@ -126,6 +127,8 @@ def answer(app: Flask, provider: str, source: str | None, address: str | None,
         log.error("database unavailable, answered 503", extra={"provider": labels[0],
                                                               "error": str(error)})
         return _json(503, {"error": "database unavailable"}, [RETRY_AFTER])
+    except HTTPException:
+        raise  # werkzeug's own answer (the route's reader past MAX_CONTENT_LENGTH: 413)
     except Exception as error:
         # Nothing was committed (the transaction rolled back); ask the provider to retry.
         log.exception("unexpected error")
