@@ -136,11 +136,11 @@ def _grow(engine: Engine, growth: Plan, had: int, days: int, today: Any) -> dict
     if added:
         fill = history.fill(engine, added, growth.per_day, first=had * growth.per_day,
                             documents=False)
-        _autocommit(engine, "VACUUM ANALYZE " + ", ".join(
+        stack.autocommit(engine, "VACUUM ANALYZE " + ", ".join(
             partitions.day_partition(table.name, day)
             for day in added for table, _key in partitions.TABLES))
-    _autocommit(engine, *(f"ANALYZE {table.name}" for table, _key in partitions.TABLES),
-                "VACUUM ANALYZE webhook_dedup", "CHECKPOINT")
+    stack.autocommit(engine, *(f"ANALYZE {table.name}" for table, _key in partitions.TABLES),
+                     "VACUUM ANALYZE webhook_dedup", "CHECKPOINT")
     sizes = _sizes(engine)
     print(f"  {days} days of history ({days * growth.per_day:,} events): {len(added)} days "
           f"filled in {fill['seconds']} s, vacuumed in "
@@ -201,7 +201,7 @@ def _drain(engine: Engine, target: stack.Target, plan: scenarios.Plan, growth: P
     last_event, last_job = _last_ids(engine)
     stack.flush_broker(target.broker_url)  # the ingest's wake-ups would start the drain early
     scenarios.seed_jobs(target, growth.backlog)  # and VACUUM ANALYZE
-    _autocommit(engine, "CHECKPOINT")
+    stack.autocommit(engine, "CHECKPOINT")
     engine.dispose()  # no connection of ours left open: drain() counts the workers' commits
     drained = scaleout.drain(target, growth.backlog, 1, plan.worker_args, label=label)
     _forget(engine, last_event, last_job)
@@ -224,7 +224,7 @@ def _forget(engine: Engine, last_event: int, last_job: int) -> None:
     with engine.begin() as conn:
         history.forget_since(conn, last_event, last_job)
         conn.execute(sa.text("TRUNCATE webhook_duplicates, ledger_entries, outbox, accounts"))
-    _autocommit(engine, "VACUUM ANALYZE webhook_events, jobs, event_search, webhook_dedup")
+    stack.autocommit(engine, "VACUUM ANALYZE webhook_events, jobs, event_search, webhook_dedup")
 
 
 def _ingest(target: stack.Target, plan: scenarios.Plan, growth: Plan,
@@ -282,12 +282,6 @@ def _indexes(engine: Engine) -> dict[str, list[str]]:
     for table, index in rows:
         found.setdefault(table, []).append(index)
     return found
-
-
-def _autocommit(engine: Engine, *statements: str) -> None:
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        for statement in statements:
-            conn.execute(sa.text(statement))
 
 
 def _mb(size: Any) -> float:

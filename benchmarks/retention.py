@@ -125,7 +125,7 @@ def run(target: stack.Target, plan: Plan) -> dict[str, Any]:
 
 
 def _run(engine: Engine, target: stack.Target, plan: Plan) -> dict[str, Any]:
-    inspecting = _walinspect(engine)
+    inspecting = stack.create_extension(engine, "pg_walinspect")
     today = history.today(engine)
     day = today - timedelta(days=plan.retention_days + 10)
     result: dict[str, Any] = {"plan": asdict(plan), "day": day.isoformat(),
@@ -152,7 +152,7 @@ def _fill(engine: Engine, day: date, events: int, *, keys: bool,
     loadavg = stack.load_average()
     filled = history.fill(engine, [day], events, first=first, keys=keys)
     started = time.monotonic()
-    _autocommit(engine, "VACUUM ANALYZE " + ", ".join(
+    stack.autocommit(engine, "VACUUM ANALYZE " + ", ".join(
         partitions.day_partition(table.name, day) for table, _key in partitions.TABLES),
         "CHECKPOINT")
     print(f"  {events:,} events on {day} in {filled['seconds']} s, vacuumed in "
@@ -178,7 +178,7 @@ def _drop(engine: Engine, plan: Plan, inspecting: bool) -> dict[str, Any]:
 def _measured_prune(engine: Engine, plan: Plan, inspecting: bool,
                     ) -> tuple[partitions.Pruned, float, dict[str, Any]]:
     """partitions.prune right after a CHECKPOINT: what it removed, its seconds, its WAL."""
-    _autocommit(engine, "CHECKPOINT")
+    stack.autocommit(engine, "CHECKPOINT")
     start = _position(engine)
     started = time.monotonic()
     pruned = partitions.prune(engine, plan.retention_days, plan.horizon_days)
@@ -191,7 +191,7 @@ def _measured_prune(engine: Engine, plan: Plan, inspecting: bool,
 
 def _row_deletes(engine: Engine, plan: Plan, day: date, inspecting: bool) -> dict[str, Any]:
     loadavg = stack.load_average()
-    _autocommit(engine, "CHECKPOINT")
+    stack.autocommit(engine, "CHECKPOINT")
     start = _position(engine)
     deleted, batches, seconds = 0, 0, 0.0
     database = _Sum(inspecting)
@@ -223,7 +223,7 @@ def _vacuum(engine: Engine, day: date, inspecting: bool) -> dict[str, Any]:
     """The VACUUM that the deletes leave for autovacuum to run on the day's tables."""
     start = _position(engine)
     started = time.monotonic()
-    _autocommit(engine, "VACUUM " + ", ".join(
+    stack.autocommit(engine, "VACUUM " + ", ".join(
         partitions.day_partition(table.name, day) for table, _key in partitions.TABLES))
     seconds = time.monotonic() - started
     return {"seconds": round(seconds, 3), "wal": _wal(engine, start, _position(engine),
@@ -339,7 +339,7 @@ def _nightly(engine: Engine, plan: Plan, today: date, inspecting: bool) -> dict[
 
 
 def _dedup(engine: Engine) -> dict[str, Any]:
-    _autocommit(engine, "VACUUM ANALYZE webhook_dedup")
+    stack.autocommit(engine, "VACUUM ANALYZE webhook_dedup")
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT count(*) FROM webhook_dedup")).scalar_one()
         total, heap = conn.execute(sa.text("""
@@ -363,15 +363,6 @@ def _dedup(engine: Engine) -> dict[str, Any]:
 
 
 # --- WAL ------------------------------------------------------------------------------------
-
-
-def _walinspect(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        if not conn.execute(sa.text(
-                "SELECT 1 FROM pg_available_extensions WHERE name = 'pg_walinspect'")).first():
-            return False
-    _autocommit(engine, "CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-    return True
 
 
 def _position(engine: Engine) -> str:
@@ -427,12 +418,6 @@ class _Sum:
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def _autocommit(engine: Engine, *statements: str) -> None:
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        for statement in statements:
-            conn.execute(sa.text(statement))
 
 
 def _per(amount: float | None, count: int) -> float | None:

@@ -104,8 +104,9 @@ def run(target: stack.Target, plan: Plan) -> dict[str, Any]:
 
 def _run(engine: Engine, target: stack.Target, plan: Plan) -> dict[str, Any]:
     stack.reset(target)
-    _autocommit(engine, f"DROP INDEX IF EXISTS {FTS_INDEX}", f"DROP INDEX IF EXISTS {TRGM_INDEX}",
-                f"DROP INDEX IF EXISTS {SEARCH_INDEX}", "TRUNCATE event_search")
+    stack.autocommit(engine, f"DROP INDEX IF EXISTS {FTS_INDEX}",
+                     f"DROP INDEX IF EXISTS {TRGM_INDEX}",
+                     f"DROP INDEX IF EXISTS {SEARCH_INDEX}", "TRUNCATE event_search")
     loaded = load_events(engine, plan.events)
     with engine.begin() as conn:  # the history's pending jobs wait: the drain takes new ones
         conn.execute(sa.text("UPDATE jobs SET run_at = now() + interval '1 year' "
@@ -120,7 +121,7 @@ def _run(engine: Engine, target: stack.Target, plan: Plan) -> dict[str, Any]:
     print(f"  documents written in {filled['seconds']} s", flush=True)
     options = result["options"]
     for turn in range(plan.alternations):
-        _autocommit(engine, f"DROP INDEX IF EXISTS {SEARCH_INDEX}")
+        stack.autocommit(engine, f"DROP INDEX IF EXISTS {SEARCH_INDEX}")
         none = _option(engine, target, plan, terms, index=None, searches={}, indexing=False)
         search = _option(engine, target, plan, terms, index=(
             SEARCH_INDEX, f"CREATE INDEX {SEARCH_INDEX} ON event_search USING gin (document) "
@@ -140,18 +141,18 @@ def _older(engine: Engine, target: stack.Target, plan: Plan, terms: Terms,
     """The older options (Plan.older), each alone on the tables."""
     if not plan.older:
         return
-    _autocommit(engine, f"DROP INDEX IF EXISTS {SEARCH_INDEX}")
+    stack.autocommit(engine, f"DROP INDEX IF EXISTS {SEARCH_INDEX}")
     if "expression" in plan.older:
         options["expression"] = _option(engine, target, plan, terms, index=(
             FTS_INDEX, f"CREATE INDEX {FTS_INDEX} ON webhook_events USING gin "
                        f"({EVENT_SEARCH_DOCUMENT})"), searches={}, indexing=False)
-        _autocommit(engine, f"DROP INDEX {FTS_INDEX}")
-    if "trigram" in plan.older and _trigram_available(engine):
+        stack.autocommit(engine, f"DROP INDEX {FTS_INDEX}")
+    if "trigram" in plan.older and stack.create_extension(engine, "pg_trgm"):
         options["trigram"] = _option(engine, target, plan, terms, index=(
             TRGM_INDEX, f"CREATE INDEX {TRGM_INDEX} ON webhook_events USING gin "
                         f"({TRGM_DOCUMENT} gin_trgm_ops)"), searches={"ilike": _ilike},
             indexing=False)
-        _autocommit(engine, f"DROP INDEX {TRGM_INDEX}")
+        stack.autocommit(engine, f"DROP INDEX {TRGM_INDEX}")
 
 
 def fill_documents(engine: Engine) -> dict[str, Any]:
@@ -173,7 +174,7 @@ def fill_documents(engine: Engine) -> dict[str, Any]:
     with ThreadPoolExecutor(LOAD_CONNECTIONS) as pool:
         list(pool.map(chunk, [(first, first + LOAD_CHUNK - 1)
                               for first in range(1, last + 1, LOAD_CHUNK)]))
-    _autocommit(engine, "VACUUM ANALYZE event_search")
+    stack.autocommit(engine, "VACUUM ANALYZE event_search")
     return {"documents_seconds": round(time.monotonic() - started, 1),
             "documents_mb": _mb(_relation_size(engine, "event_search")),
             "seconds": round(time.monotonic() - started, 1)}
@@ -226,7 +227,7 @@ def load_events(engine: Engine, count: int, *, unfinished: bool = True) -> dict[
                                       WHEN id % 100 < 3 THEN 'pending'
                                       ELSE 'done' END AS status) AS s
         """), {"unfinished": unfinished})
-    _autocommit(engine, "VACUUM ANALYZE webhook_events", "VACUUM ANALYZE jobs")
+    stack.autocommit(engine, "VACUUM ANALYZE webhook_events", "VACUUM ANALYZE jobs")
     with engine.connect() as conn:
         sizes = conn.execute(sa.text("""
             SELECT pg_total_relation_size('webhook_events') AS total,
@@ -278,8 +279,8 @@ def _option(engine: Engine, target: stack.Target, plan: Plan, terms: Terms,
     built: dict[str, Any] = {"index": None, "build_seconds": None, "index_mb": None}
     if index is not None:
         started = time.monotonic()
-        _autocommit(engine, "SET maintenance_work_mem = '1GB'", index[1],
-                    "ANALYZE webhook_events", "ANALYZE event_search")
+        stack.autocommit(engine, "SET maintenance_work_mem = '1GB'", index[1],
+                         "ANALYZE webhook_events", "ANALYZE event_search")
         built = {"index": index[0], "build_seconds": round(time.monotonic() - started, 1),
                  "index_mb": _index_mb(engine, index[0])}
         print(f"  built {index[0]} in {built['build_seconds']} s: {built['index_mb']} MB",
@@ -394,7 +395,7 @@ def _ingest(engine: Engine, target: stack.Target, plan: Plan,
                 last_id, last_job = conn.execute(sa.text(
                     "SELECT (SELECT max(id) FROM webhook_events), (SELECT max(id) FROM jobs)"
                 )).one()
-            _autocommit(engine, "CHECKPOINT")
+            stack.autocommit(engine, "CHECKPOINT")
             stop = threading.Event()
             with ThreadPoolExecutor(3) as pool:
                 drained = pool.submit(pgbench.run, target.database_url, drain, 1,
@@ -410,7 +411,7 @@ def _ingest(engine: Engine, target: stack.Target, plan: Plan,
                 done = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE id > :id AND "
                                             "status = 'done'"), {"id": last_job}).scalar_one()
                 history.forget_since(conn, last_id, last_job)
-            _autocommit(engine, "VACUUM webhook_events", "VACUUM jobs", "VACUUM event_search")
+            stack.autocommit(engine, "VACUUM webhook_events", "VACUUM jobs", "VACUUM event_search")
             if result is None:
                 return None
             runs.append({**result.summary(), "drained_jobs": done, "merges": merges,
@@ -506,21 +507,6 @@ def _mean(runs: list[dict[str, Any]], key: str) -> float:
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
-
-
-def _trigram_available(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        if not conn.execute(sa.text(
-                "SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm'")).first():
-            return False
-    _autocommit(engine, "CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    return True
-
-
-def _autocommit(engine: Engine, *statements: str) -> None:
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        for statement in statements:
-            conn.execute(sa.text(statement))
 
 
 def _index_mb(engine: Engine, name: str) -> float:

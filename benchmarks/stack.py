@@ -75,6 +75,23 @@ def create_database(admin_url: str, name: str) -> str:
     return sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
 
 
+def autocommit(engine: Engine, *statements: str) -> None:
+    """Each statement in a transaction of its own (VACUUM, CHECKPOINT, CREATE EXTENSION)."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for statement in statements:
+            conn.execute(sa.text(statement))
+
+
+def create_extension(engine: Engine, name: str) -> bool:
+    """The extension created in engine's database if the server has it; False if not."""
+    with engine.connect() as conn:
+        if not conn.execute(sa.text("SELECT 1 FROM pg_available_extensions WHERE name = :name"),
+                            {"name": name}).first():
+            return False
+    autocommit(engine, f"CREATE EXTENSION IF NOT EXISTS {name}")
+    return True
+
+
 def prepare(admin_url: str, name: str, broker_url: str, logs: Path,
             code: Path = ROOT) -> Target:
     """(Re)create database `name` next to admin_url's, migrate it, empty the broker db."""
