@@ -4,6 +4,8 @@ one place translates driver errors."""
 from __future__ import annotations
 
 import functools
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -125,6 +127,7 @@ def create_engine(
     )
     sa.event.listen(engine, "handle_error", _read_only_is_a_disconnect)
     sa.event.listen(engine, "connect", _hear_unreplicated_commits)
+    LOST_SERVERS.watch(engine)
     return engine
 
 
@@ -206,6 +209,50 @@ def _read_only_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:
         context.is_disconnect = True
 
 
+class LostServers:
+    """A server that dropped one connection (it died, was demoted, or a failover moved the
+    primary) took the pool's other connections with it. SQLAlchemy replaces a whole pool's
+    older connections when a statement it runs finds its connection gone; fetch_one and
+    the *_in functions run theirs through psycopg, so they say it here (lost), and each
+    connection made before that moment is replaced at its next checkout, before a
+    statement fails on it. Without this, every pooled connection of a worker fails one
+    wake-up after a failover, and a wake-up that fails is not retried (the clock's next
+    sweep finds its jobs)."""
+
+    CONNECTED_AT = "webhooks.connected_at"  # the pool entry's info: time.monotonic()
+
+    class _Engine:
+        lost_at = 0.0
+
+    def __init__(self) -> None:
+        self._engines: weakref.WeakKeyDictionary[Engine, LostServers._Engine] = (
+            weakref.WeakKeyDictionary())
+
+    def watch(self, engine: Engine) -> None:
+        state = self._engines[engine] = LostServers._Engine()
+        connected_at = self.CONNECTED_AT
+
+        def connected(dbapi_connection: Any, record: Any) -> None:
+            record.info[connected_at] = time.monotonic()
+
+        def checked_out(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+            if record.info.get(connected_at, 0.0) <= state.lost_at:
+                # The pool closes this connection and hands out a new one (the documented
+                # "pessimistic" checkout); the new one passes.
+                raise sa.exc.DisconnectionError("made before its server was lost")
+
+        sa.event.listen(engine, "connect", connected)
+        sa.event.listen(engine, "checkout", checked_out)
+
+    def lost(self, engine: Engine) -> None:
+        state = self._engines.get(engine)
+        if state is not None:
+            state.lost_at = time.monotonic()
+
+
+LOST_SERVERS = LostServers()
+
+
 @functools.lru_cache(maxsize=256)
 def driver_sql(statement: sa.TextClause) -> str:
     """A text() statement in the driver's own parameter style (%(name)s)."""
@@ -244,7 +291,7 @@ def fetch_one(engine: Engine, statement: sa.TextClause,
         connection.info.pop(UNREPLICATED, None)
         token = DEADLINES.arm(driver, ACKNOWLEDGE_DEADLINE_SECONDS)
         try:
-            row = _run(engine.dialect, connection, statement, params, connection.invalidate,
+            row = _run(engine, connection, statement, params, connection.invalidate,
                        _first_row)
         except BaseException as error:
             if DEADLINES.disarm(token) and isinstance(error, sa.exc.DBAPIError):
@@ -268,27 +315,27 @@ def fetch_in(conn: Connection, statement: sa.TextClause,
              params: dict[str, Any]) -> tuple[Any, ...] | None:
     """Run a statement in conn's transaction and return its first row (errors as
     fetch_one's)."""
-    return _run(conn.dialect, conn.connection, statement, params, conn.invalidate, _first_row)
+    return _run(conn.engine, conn.connection, statement, params, conn.invalidate, _first_row)
 
 
 def fetch_all_in(conn: Connection, statement: sa.TextClause, params: dict[str, Any],
                  row_type: type[Row]) -> list[Row]:
     """Run a statement in conn's transaction and return all its rows, each built as
     row_type(**columns) (a NamedTuple or dataclass beside the statement)."""
-    return _run(conn.dialect, conn.connection, statement, params, conn.invalidate,
+    return _run(conn.engine, conn.connection, statement, params, conn.invalidate,
                 _all_rows, class_row(row_type))
 
 
 def fetch_scalars_in(conn: Connection, statement: sa.TextClause,
                      params: dict[str, Any]) -> list[Any]:
     """Run a statement in conn's transaction and return the first column of each row."""
-    return _run(conn.dialect, conn.connection, statement, params, conn.invalidate,
+    return _run(conn.engine, conn.connection, statement, params, conn.invalidate,
                 _first_column)
 
 
 def execute_in(conn: Connection, statement: sa.TextClause, params: dict[str, Any]) -> int:
     """Run a statement in conn's transaction and return its row count."""
-    return _run(conn.dialect, conn.connection, statement, params, conn.invalidate, _row_count)
+    return _run(conn.engine, conn.connection, statement, params, conn.invalidate, _row_count)
 
 
 def _first_row(cursor: Any) -> tuple[Any, ...] | None:
@@ -307,7 +354,7 @@ def _row_count(cursor: Any) -> int:
     return int(cursor.rowcount)
 
 
-def _run(dialect: sa.Dialect, connection: Any, statement: sa.TextClause,
+def _run(engine: Engine, connection: Any, statement: sa.TextClause,
          params: dict[str, Any], invalidate: Callable[[BaseException], None],
          result: Callable[[Any], T], row_factory: Any = None) -> T:
     sql = driver_sql(statement)
@@ -319,10 +366,11 @@ def _run(dialect: sa.Dialect, connection: Any, statement: sa.TextClause,
         finally:
             cursor.close()
     except psycopg.Error as error:
-        gone = (dialect.is_disconnect(error, connection.dbapi_connection, None)  # type: ignore[arg-type]
+        gone = (engine.dialect.is_disconnect(error, connection.dbapi_connection, None)  # type: ignore[arg-type]
                 or error.sqlstate in READ_ONLY_SQLSTATES)
         if gone:
             invalidate(error)
+            LOST_SERVERS.lost(engine)
         wrapped = sa.exc.DBAPIError.instance(sql, params, error, psycopg.Error,
                                              hide_parameters=True, connection_invalidated=gone)
         _translate(wrapped)

@@ -56,7 +56,8 @@ def create_broker(settings: Settings) -> dramatiq.Broker:
     settings.require_servers()
     url = settings.broker_url
     assert url is not None
-    # Retries stays installed (actors set max_retries=0): the job row owns retries.
+    # Retries stays installed (actors retry only a wake-up that found no database,
+    # worker/actors.py): the job row owns retries.
     middleware = [
         AgeLimit(),
         TimeLimit(),

@@ -5,6 +5,7 @@ work is done once the broker is back; with the database down, ingest answers 503
 from __future__ import annotations
 
 import random
+import signal
 import threading
 import time
 
@@ -106,3 +107,42 @@ def test_database_outage_during_ingest(fresh: System) -> None:
           f"{len(refused - acknowledged)} refused events re-sent in {len(resent)} "
           f"deliveries until acknowledged; settled {settling:.1f}s after; process exits "
           f"{fresh.exits()}; {counts}")
+
+
+def test_a_wake_up_that_found_no_database_comes_back(fresh: System) -> None:
+    """Worker wake-ups taken while Postgres is down fail, and come back a few seconds
+    later (worker/actors.py database_back): the jobs they woke for are applied once the
+    server is back, without the clock's next sweep (the clock is stopped here) and without
+    another delivery to send a new wake-up. Before, each such wake-up was dropped and its
+    jobs waited for a sweep (SWEEP_INTERVAL_SECONDS, 15 s by default)."""
+    world = World(rng=random.Random(7007))
+    world.mixed(30)
+    clock = fresh.service("clock")
+    failures_before = _failed_wake_ups(fresh)
+    with fresh.held(clock):
+        for worker in fresh.workers:
+            worker.signal_group(signal.SIGSTOP)  # the wake-ups wait in Redis
+        try:
+            answers = senders.send(fresh.base_url, senders.spread(world.deliveries(), 4))
+            assert checks.statuses(answers) == {200: len(answers)}
+            assert fresh.unfinished()[0] > 0
+            fresh.postgres.stop("immediate")
+        finally:
+            for worker in fresh.workers:
+                worker.signal_group(signal.SIGCONT)  # they take the wake-ups: no database
+        time.sleep(1.5)
+        down = time.monotonic()
+        fresh.postgres.start()
+        settled = fresh.settle(timeout=30)
+    failed = _failed_wake_ups(fresh) - failures_before
+    print(f"\nwake-ups without a database: {len(world.events)} events, {failed} wake-ups "
+          f"failed while Postgres was down and came back; applied "
+          f"{time.monotonic() - down:.1f}s after its restart (settle {settled:.1f}s), the "
+          f"clock stopped")
+    assert failed > 0, "no wake-up was taken while the database was down"
+    checks.assert_exactly_once(fresh, world)
+
+
+def _failed_wake_ups(system: System) -> int:
+    return sum(worker.log.read_text(errors="replace").count(
+        "Failed to process message process_jobs") for worker in system.workers)

@@ -102,3 +102,43 @@ def test_connections_probe_a_silent_server(settings: Settings) -> None:
                                 ).scalar_one() != "0"
     finally:
         engine.dispose()
+
+
+BACKEND = sa.text("SELECT pg_backend_pid()")
+POOLED = 4
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["in_a_transaction", "fetch_one"])
+def test_a_lost_server_takes_the_whole_pool_with_it(settings: Settings, clean_db: Engine,
+                                                    autocommit: bool) -> None:
+    """A failover ends every session of the old primary at once. The first statement that
+    finds its connection gone fails (DatabaseUnavailable: a worker's wake-up is dropped,
+    web answers 503); the pool's other connections, made before, are replaced at their
+    next checkout instead of each failing one more statement (one more dropped wake-up
+    each, with only the clock's next sweep to pick their jobs up)."""
+    engine = db.create_engine(settings, pool_size=POOLED, autocommit=autocommit)
+
+    def backend() -> int:
+        if autocommit:
+            row = db.fetch_one(engine, BACKEND, {})
+            assert row is not None
+            return int(row[0])
+        with engine.begin() as conn:
+            return int(db.fetch_scalars_in(conn, BACKEND, {})[0])
+
+    try:
+        held = [engine.connect() for _ in range(POOLED)]  # the pool makes POOLED connections
+        for conn in held:
+            conn.close()
+        before = {backend() for _ in range(POOLED)}
+        assert len(before) == POOLED
+        with clean_db.connect() as admin:
+            admin.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE pid = ANY(:pids)"), {"pids": sorted(before)})
+            admin.commit()
+        with pytest.raises(db.DatabaseUnavailable):
+            backend()
+        after = {backend() for _ in range(POOLED)}  # none fails
+        assert not after & before
+    finally:
+        engine.dispose()
