@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 # The Procfile's long-running processes: each exits 0 on SIGTERM at any moment of its life
 # (docs/processes.md).
@@ -37,15 +37,30 @@ def serving(argv: Sequence[str]) -> bool:
 
 
 def take_charge() -> Handler:
-    """SIGTERM raises SystemExit(0) from now until another handler replaces this one; the
-    handler it replaces is returned. Only from the main thread, where handlers are set."""
+    """SIGTERM ends the process with status 0 (leave) from now until another handler
+    replaces this one; the handler it replaces is returned. Only from the main thread,
+    where handlers are set."""
     if threading.current_thread() is not threading.main_thread():
         return signal.getsignal(signal.SIGTERM)
     return signal.signal(signal.SIGTERM, _stop)
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(0)
+    leave()
+
+
+def leave() -> NoReturn:
+    """Exit 0 now, from a signal handler, while nothing is being served. Not SystemExit: a
+    handler runs between any two bytecodes of the main thread, also inside a weakref
+    callback or a __del__ (importlib's module locks have one), where Python prints an
+    exception and carries on, and the process would start after all and run until it is
+    killed. Only what is written is flushed: nothing else is left to finish."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: S110 - a write the signal interrupted: exit regardless
+            pass
+    os._exit(0)
 
 
 if serving(sys.argv):

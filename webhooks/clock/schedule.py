@@ -34,6 +34,7 @@ import dramatiq
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.engine import Engine
 
+from webhooks import starting
 from webhooks.clock.sweep import Beat, sweep
 from webhooks.shared import audit as audits
 from webhooks.shared import (
@@ -217,11 +218,11 @@ def _stop_on_sigterm(scheduler: BlockingScheduler) -> None:
     ticks in flight have finished. The clock needs a handler of its own: as a container's
     PID 1 a process gets no default action for SIGTERM, so without one the signal would be
     dropped and the platform would kill the clock at the end of its grace period. A stop
-    before the scheduler runs leaves at once (SystemExit, status 0)."""
+    before the scheduler runs (or a second one) leaves at once, status 0 (starting.leave)."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
         if not scheduler.running:
-            raise SystemExit(0)
+            starting.leave()
         scheduler.shutdown(wait=False)
 
     signal.signal(signal.SIGTERM, stop)
