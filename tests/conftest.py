@@ -22,6 +22,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from tests.emptying import truncate
 from webhooks.shared import db
 from webhooks.shared.settings import Settings
 
@@ -136,20 +137,7 @@ def engine(database_url: str) -> Iterator[Engine]:
 
 @pytest.fixture()
 def clean_db(engine: Engine) -> Engine:
-    for attempt in range(3):
-        try:
-            with engine.begin() as conn:
-                # A connection a test forgot open would block TRUNCATE forever: fail
-                # loudly instead.
-                conn.execute(sa.text("SET LOCAL lock_timeout = '20s'"))
-                conn.execute(sa.text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
-            return engine
-        except sa.exc.OperationalError as error:
-            # TRUNCATE locks its tables one after another: a process a test already started
-            # (a worker claiming) can hold one and wait for the next, and Postgres then
-            # ends the TRUNCATE as the deadlock's victim. Truncate again.
-            if "deadlock detected" not in str(error) or attempt == 2:
-                raise
+    truncate(engine, TABLES)
     return engine
 
 

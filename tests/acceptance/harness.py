@@ -41,6 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from tests.acceptance.signing import SECRET_VARIABLES, SECRETS
+from tests.emptying import truncate
 
 ROOT = Path(__file__).resolve().parents[2]
 POSTMARK_TOKEN = "acceptance-postmark-token"
@@ -724,8 +725,8 @@ class System:
 
     def reset(self) -> None:
         """Empty tables and a fresh fake Postmark, for a test of its own."""
-        with self.db() as conn:
-            conn.execute(sa.text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+        assert self.engine is not None
+        truncate(self.engine, TABLES)
         requests.post(f"{self.postmark_url}/_control/reset", timeout=5).raise_for_status()
 
     def logs(self, lines: int = 30) -> str:
