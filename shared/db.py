@@ -216,8 +216,7 @@ class LostServers:
     the *_in functions run theirs through psycopg, so they say it here (lost), and each
     connection made before that moment is replaced at its next checkout, before a
     statement fails on it. Without this, every pooled connection of a worker fails one
-    wake-up after a failover, and a wake-up that fails is not retried (the clock's next
-    sweep finds its jobs)."""
+    wake-up after a failover."""
 
     CONNECTED_AT = "webhooks.connected_at"  # the pool entry's info: time.monotonic()
 

@@ -5,20 +5,18 @@ Importing this module configures the broker from the environment, so the `dramat
 
 Each message is a wake-up that carries at most an id: the actor claims due rows itself,
 so a lost message only delays work (the clock re-enqueues) and a duplicate is a no-op.
-Dramatiq's own retries are off, the rows own attempts and scheduling, but for a wake-up
-that found no database (see database_back).
+Dramatiq retries only a wake-up that found no database (shared/wakeups.py
+database_back): the rows own attempts and scheduling.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import dramatiq
 from sqlalchemy.engine import Engine
 
 from webhooks.shared import db, hooks, tracing, wakeups
-from webhooks.shared.errors import DatabaseUnavailable
 from webhooks.shared.logs import configure_logging
 from webhooks.shared.settings import Settings
 from webhooks.worker import calls, jobs, notify, outbox, shutdown
@@ -44,22 +42,8 @@ def engine() -> Engine:
         return _engine
 
 
-# A wake-up that found no database comes back a few times, 0.5 to 4 s apart, about 7 s in
-# all: a failover, a restart or a dropped connection is over in seconds, and without this
-# the work it woke for waited for the clock's next sweep (SWEEP_INTERVAL_SECONDS). Past
-# that, or on any other error, it is dropped as before: the clock's sweeps take over.
-UNAVAILABLE_RETRIES = 3
-RETRY_OPTIONS: dict[str, Any] = {"min_backoff": 1_000, "max_backoff": 4_000}
-
-
-def database_back(retries: int, error: BaseException) -> bool:
-    """Dramatiq's retry_when: True to send the failed wake-up again, later."""
-    return retries < UNAVAILABLE_RETRIES and (isinstance(error, DatabaseUnavailable)
-                                             or db.is_unavailable(error))
-
-
 @dramatiq.actor(queue_name=wakeups.JOBS_QUEUE, actor_name=wakeups.PROCESS_JOBS,
-                retry_when=database_back, **RETRY_OPTIONS, time_limit=120_000)
+                time_limit=120_000)
 def process_jobs(job_id: int | None = None) -> None:
     """Apply due jobs (worker.jobs.on_wakeup); job_id names the job whose commit sent this
     wake-up, for the logs."""
@@ -67,7 +51,7 @@ def process_jobs(job_id: int | None = None) -> None:
 
 
 @dramatiq.actor(queue_name=wakeups.OUTBOX_QUEUE, actor_name=wakeups.DISPATCH_OUTBOX,
-                retry_when=database_back, **RETRY_OPTIONS, time_limit=300_000)
+                time_limit=300_000)
 def dispatch_outbox() -> None:
     """Send due outbox emails through Postmark (or the log), once per idempotency key
     (worker.outbox.on_wakeup)."""
@@ -75,7 +59,7 @@ def dispatch_outbox() -> None:
 
 
 @dramatiq.actor(queue_name=wakeups.NOTIFY_QUEUE, actor_name=wakeups.DISPATCH_NOTIFICATIONS,
-                retry_when=database_back, **RETRY_OPTIONS, time_limit=300_000)
+                time_limit=300_000)
 def dispatch_notifications() -> None:
     """Send due notification deliveries to Slack, email and the webhook, once each
     (worker.notify.on_wakeup), apart from the receipts' dispatch."""
@@ -83,7 +67,7 @@ def dispatch_notifications() -> None:
 
 
 @dramatiq.actor(queue_name=wakeups.CALLS_QUEUE, actor_name=wakeups.DISPATCH_CALLS,
-                retry_when=database_back, **RETRY_OPTIONS, time_limit=300_000)
+                time_limit=300_000)
 def dispatch_calls() -> None:
     """Make the due calls to other APIs, once per idempotency key (worker.calls.on_wakeup),
     apart from the receipts' and the notifications' dispatch."""

@@ -111,7 +111,7 @@ def test_database_outage_during_ingest(fresh: System) -> None:
 
 def test_a_wake_up_that_found_no_database_comes_back(fresh: System) -> None:
     """Worker wake-ups taken while Postgres is down fail, and come back a few seconds
-    later (worker/actors.py database_back): the jobs they woke for are applied once the
+    later (shared/wakeups.py database_back): the jobs they woke for are applied once the
     server is back, without the clock's next sweep (the clock is stopped here) and without
     another delivery to send a new wake-up. Before, each such wake-up was dropped and its
     jobs waited for a sweep (SWEEP_INTERVAL_SECONDS, 15 s by default)."""
